@@ -1,0 +1,55 @@
+"""The `charpin-remote` command. Coordinator side: the only module family that prints and exits.
+
+Command groups live in their own `*cli.py` modules with `add_parsers(subparsers)`; handlers return
+an exit code (the bitmask of design §6) or raise CharpinError, printed as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from charpin_runner import __version__
+from charpin_runner.errors import EXIT_INTERRUPTED, EXIT_USAGE, CharpinError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so usage errors get exit 64 like the rest."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise CharpinError(f"{self.prog}: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the full `charpin-remote` parser."""
+    from charpin_coordinator import compare_cli  # noqa: PLC0415 - keep start-up light
+    from charpin_coordinator.remote import cli as remote_cli  # noqa: PLC0415
+
+    parser = _Parser(prog="charpin-remote", description="One snapshot, many boxes, one drift report.")
+    parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    compare_cli.add_parsers(sub)
+    remote_cli.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `charpin-remote`; return the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        handler: Handler | None = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        return handler(args)
+    except CharpinError as exc:
+        print(f"charpin-remote: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("charpin-remote: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

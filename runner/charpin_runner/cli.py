@@ -1,0 +1,63 @@
+"""The `charpin` command (also `python3 charpin-runner.pyz`). Runs on any box; stdlib only.
+
+The only runner module that reads argv, prints and picks exit codes. Each command group lives in
+its own `*/cli.py` with an `add_parsers(subparsers)` function; handlers return an exit code or
+raise CharpinError, which becomes one line on stderr and its documented exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, List, Optional
+
+from charpin_runner import __version__
+from charpin_runner.errors import EXIT_INTERRUPTED, EXIT_USAGE, CharpinError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so usage errors get exit 64 like the rest."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise CharpinError(f"{self.prog}: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the full `charpin` parser."""
+    from charpin_runner import receipt_cli  # noqa: PLC0415 - keep start-up light
+    from charpin_runner.guard import cli as guard_cli  # noqa: PLC0415
+    from charpin_runner.inventory import cli as inventory_cli  # noqa: PLC0415
+    from charpin_runner.pins import cli as pins_cli  # noqa: PLC0415
+
+    parser = _Parser(prog="charpin", description="Receipts and pins for messy code.")
+    parser.add_argument("--version", action="version", version=f"charpin {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    receipt_cli.add_parsers(sub)
+    pins_cli.add_parsers(sub)
+    inventory_cli.add_parsers(sub)
+    guard_cli.add_parsers(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run `charpin`; return the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(args_list)
+        handler: Optional[Handler] = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        if extra and not getattr(args, "accepts_extra", False):
+            raise CharpinError(f"charpin: unrecognized arguments: {' '.join(extra)} (see --help)")
+        args.extra = extra
+        return handler(args)
+    except CharpinError as exc:
+        print(f"charpin: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("charpin: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,1 @@
+"""Guard: refuse commits that change pins together with production code. Stdlib only."""

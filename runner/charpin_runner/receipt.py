@@ -1,0 +1,234 @@
+"""The receipt, schema v1: what one box observed about one run. Runs on boxes; stdlib only.
+
+This module is the single definition of the receipt. The runner builds these dataclasses and
+writes them as JSON; the coordinator decodes the same dataclasses with a reused msgspec decoder.
+
+Evolution rules (msgspec's schema-evolution guide): a field added later gets a default; an
+existing field never changes type or meaning; SCHEMA_VERSION moves only for breaking changes,
+together with a golden file under tests/data/receipts/ and a "Receipt schema" CHANGELOG entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Literal, Optional
+
+SCHEMA_VERSION = 1
+
+Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+
+# How the parent reads the test command's end (design §4, "exit").
+Interpretation = Literal[
+    "ok", "failed", "interrupted", "usage", "no-tests", "incomplete", "timed-out", "internal-error"
+]
+FileKind = Literal["file", "symlink", "other"]
+PinStatus = Literal["passed", "failed", "error"]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Commit and tree hash, read by the parent process before and after the run."""
+
+    head_before: str
+    head_after: str
+    tree_before: str
+    tree_after: str
+    expected_commit: Optional[str]
+    patch_sha256: Optional[str]
+    snapshot_sha256: Optional[str]
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Working-tree state: dirty paths and content digests before and after the run."""
+
+    dirty_before: List[str]
+    dirty_after: List[str]
+    dirty_digest_before: str
+    dirty_digest_after: str
+    written: List[str]
+    outputs: List[str]
+
+
+@dataclass(frozen=True)
+class Deselected:
+    """A node id the flake ledger took out of the run, with the entry that matched it."""
+
+    nodeid: str
+    entry: str
+
+
+@dataclass(frozen=True)
+class Collection:
+    """The four sets (sorted), plus what pytest's own options filtered and collection order."""
+
+    collected: List[str]
+    deselected: List[Deselected]
+    selected: List[str]
+    executed: List[str]
+    order: List[str]
+    filtered: List[str]
+    dropped: List[str]
+    probe_started: bool
+    session_finished: bool
+
+
+@dataclass(frozen=True)
+class FileState:
+    """One entry under a watched root. Symlinks are recorded, never followed."""
+
+    path: str
+    kind: FileKind
+    mode: int
+    sha256: Optional[str]
+    target: Optional[str]
+
+
+@dataclass(frozen=True)
+class Fixtures:
+    """Watched roots hashed before and after the run, and what moved between the two."""
+
+    roots: List[str]
+    before: List[FileState]
+    after: List[FileState]
+    added: List[str]
+    removed: List[str]
+    changed: List[str]
+    type_changed: List[str]
+    mode_changed: List[str]
+    escaping_symlinks: List[str]
+    missing_roots: List[str]
+
+
+@dataclass(frozen=True)
+class Widening:
+    """A ledger entry that resolved to more than one node id."""
+
+    entry: str
+    matches: List[str]
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """The flake ledger as it applied to this run."""
+
+    ledger_path: Optional[str]
+    ledger_sha256: Optional[str]
+    entries: int
+    frozen: List[str]
+    stale: List[str]
+    widening: List[Widening]
+    expired: List[str]
+    leaked: List[str]
+
+
+@dataclass(frozen=True)
+class PinResult:
+    """One pin replayed on this box."""
+
+    id: str
+    status: PinStatus
+    exit_code: Optional[int]
+    stdout_sha256: str
+    stderr_sha256: str
+    files: Dict[str, str]
+    failure_class: Optional[str]
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Pin replay results; replayed is False when the repository declares no pins."""
+
+    source: Optional[str]
+    replayed: bool
+    results: List[PinResult]
+
+
+@dataclass(frozen=True)
+class Exit:
+    """The test command's status as the parent measured it, and what it means."""
+
+    status: int
+    interpretation: Interpretation
+    reasons: List[str]
+    pytest_status: Optional[int]
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Allow-listed facts about the box. Informational: explains drift, never gates."""
+
+    python: str
+    implementation: str
+    platform: str
+    machine: str
+    locale: str
+    tz: str
+    cpu_count: int
+    variables: Dict[str, str]
+    omitted_variables: int
+    conftest_sha256: Dict[str, str]
+    plugins: List[str]
+    pytest_version: Optional[str]
+    host_key_fingerprint: Optional[str]
+    host_key_accepted_new: bool
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """One box, one run. Outcomes are as reported by the test process; the rest is measured."""
+
+    schema_version: int
+    run_id: str
+    label: str
+    charpin_version: str
+    command: List[str]
+    started_at: str
+    wall_seconds: float
+    identity: Identity
+    tree: Tree
+    collection: Collection
+    outcomes: Dict[str, Outcome]
+    durations: Dict[str, float]
+    fixtures: Fixtures
+    quarantine: Quarantine
+    pins: Pins
+    exit: Exit
+    environment: Environment
+
+
+def to_dict(receipt: Receipt) -> Dict[str, Any]:
+    """Return the receipt as plain JSON-ready data."""
+    return asdict(receipt)
+
+
+def dumps(receipt: Receipt) -> bytes:
+    """Serialise canonically: sorted keys, UTF-8, one trailing newline."""
+    text = json.dumps(to_dict(receipt), sort_keys=True, indent=1, ensure_ascii=False)
+    return text.encode("utf-8") + b"\n"
+
+
+def write_atomic(path: Path, data: bytes, *, overwrite: bool = False) -> None:
+    """Write data to path via a temp file and rename; refuse to replace a file unless told."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            # link() fails if path exists, so an old receipt is never overwritten.
+            os.link(tmp, path)
+            os.unlink(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

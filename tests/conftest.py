@@ -1,0 +1,66 @@
+"""Shared test fixtures: environment hygiene and small builders (real git repos, real processes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Variables that must never leak into what tests run (agent sockets, proxies, user ssh config).
+_SCRUB = ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+
+
+@pytest.fixture(autouse=True)
+def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in _SCRUB:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "charpin test")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@charpin.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "charpin test")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "test@charpin.invalid")
+    yield
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in repo and return stdout (raises on failure)."""
+    out = subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    )
+    return out.stdout.strip()
+
+
+def make_repo(root: Path, files: dict[str, str]) -> Path:
+    """Create a real git repository at root with files committed; return root."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "initial")
+    return root
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    """A small real repository with one passing test and one fixture file."""
+    return make_repo(
+        tmp_path / "repo",
+        {
+            "tests/__init__.py": "",
+            "tests/fixtures/rates.json": '{"vat": "0.20"}\n',
+            "tests/test_rates.py": (
+                "import json, pathlib\n"
+                "def test_vat():\n"
+                "    p = pathlib.Path(__file__).parent / 'fixtures' / 'rates.json'\n"
+                "    assert json.loads(p.read_text())['vat'] == '0.20'\n"
+            ),
+        },
+    )
+
+
+os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
