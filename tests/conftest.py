@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 # Variables that must never leak into what tests run (agent sockets, proxies, user ssh config).
-_SCRUB = ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+_SCRUB = (
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "http_proxy",
+    "https_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -25,10 +25,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the full `charpin-remote` parser."""
-    from charpin_coordinator import compare_cli  # noqa: PLC0415 - keep start-up light
-    from charpin_coordinator.remote import cli as remote_cli  # noqa: PLC0415
+    from charpin_coordinator import compare_cli
+    from charpin_coordinator.remote import cli as remote_cli
 
-    parser = _Parser(prog="charpin-remote", description="One snapshot, many boxes, one drift report.")
+    parser = _Parser(
+        prog="charpin-remote", description="One snapshot, many boxes, one drift report."
+    )
     parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     compare_cli.add_parsers(sub)

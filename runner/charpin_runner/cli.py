@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, List, Optional
+from typing import Callable
 
 from charpin_runner import __version__
 from charpin_runner.errors import EXIT_INTERRUPTED, EXIT_USAGE, CharpinError
@@ -26,10 +26,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the full `charpin` parser."""
-    from charpin_runner import receipt_cli  # noqa: PLC0415 - keep start-up light
-    from charpin_runner.guard import cli as guard_cli  # noqa: PLC0415
-    from charpin_runner.inventory import cli as inventory_cli  # noqa: PLC0415
-    from charpin_runner.pins import cli as pins_cli  # noqa: PLC0415
+    from charpin_runner import receipt_cli
+    from charpin_runner.guard import cli as guard_cli
+    from charpin_runner.inventory import cli as inventory_cli
+    from charpin_runner.pins import cli as pins_cli
 
     parser = _Parser(prog="charpin", description="Receipts and pins for messy code.")
     parser.add_argument("--version", action="version", version=f"charpin {__version__}")
@@ -41,13 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run `charpin`; return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(args_list)
-        handler: Optional[Handler] = getattr(args, "handler", None)
+        handler: Handler | None = getattr(args, "handler", None)
         if handler is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from charpin_runner.errors import ConfigError
 from charpin_runner.pins.config import PinsConfig
@@ -40,18 +40,18 @@ BASE_ENV_ALLOW = (
 class CharpinConfig:
     """The `[tool.charpin]` table; every key is optional."""
 
-    test_command: Optional[List[str]] = None
-    pytest_args: List[str] = field(default_factory=list)
-    watch: List[str] = field(default_factory=lambda: list(DEFAULT_WATCH))
-    outputs: List[str] = field(default_factory=list)
+    test_command: list[str] | None = None
+    pytest_args: list[str] = field(default_factory=list)
+    watch: list[str] = field(default_factory=lambda: list(DEFAULT_WATCH))
+    outputs: list[str] = field(default_factory=list)
     ledger: str = DEFAULT_LEDGER
-    env_allow: List[str] = field(default_factory=list)
-    timeout: Optional[float] = None
-    setup: List[str] = field(default_factory=list)
+    env_allow: list[str] = field(default_factory=list)
+    timeout: float | None = None
+    setup: list[str] = field(default_factory=list)
     inventory: str = DEFAULT_INVENTORY
     pins: PinsConfig = field(default_factory=PinsConfig)
     # Host extras are validated strictly by the coordinator; boxes never read them.
-    hosts: Dict[str, Any] = field(default_factory=dict)
+    hosts: dict[str, Any] = field(default_factory=dict)
 
 
 def from_table(table: Any, path: str = "$.tool.charpin") -> CharpinConfig:
@@ -80,7 +80,7 @@ def load_json(path: Path) -> CharpinConfig:
     return from_table(table)
 
 
-def _read_toml(path: Path) -> Dict[str, Any]:
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
         import tomllib  # novermin - Python >= 3.11 only; boxes get JSON instead
     except ImportError:  # pragma: no cover - exercised on Python < 3.11 boxes

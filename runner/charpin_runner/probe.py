@@ -8,26 +8,31 @@ behind, while the missing "finish" line tells the parent the session never ended
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Optional
 
-from charpin_runner.receipt import Deselected, Widening
+from charpin_runner.receipt import OUTCOMES, Deselected, Widening
+
+# Notes name at most this many ids, so one odd run cannot produce a megabyte of notes.
+_NOTE_IDS = 5
 
 
 @dataclass
 class LedgerReport:
     """How the flake ledger applied, as the probe resolved it against the collected ids."""
 
-    path: Optional[str] = None
-    sha256: Optional[str] = None
+    path: Optional[str] = None  # noqa: UP045 - evaluated on Python 3.9 boxes
+    sha256: Optional[str] = None  # noqa: UP045 - evaluated on Python 3.9 boxes
     entries: int = 0
-    deselected: List[Deselected] = field(default_factory=list)
-    frozen: List[str] = field(default_factory=list)
-    stale: List[str] = field(default_factory=list)
-    widening: List[Widening] = field(default_factory=list)
-    expired: List[str] = field(default_factory=list)
-    leaked: List[str] = field(default_factory=list)
+    deselected: list[Deselected] = field(default_factory=list)
+    frozen: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    widening: list[Widening] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    leaked: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -37,22 +42,201 @@ class ProbeData:
     started: bool = False
     collection_done: bool = False
     session_finished: bool = False
-    pytest_status: Optional[int] = None
-    collected: List[str] = field(default_factory=list)
-    order: List[str] = field(default_factory=list)
-    filtered: List[str] = field(default_factory=list)
-    dropped: List[str] = field(default_factory=list)
-    selected: List[str] = field(default_factory=list)
-    executed: List[str] = field(default_factory=list)
-    outcomes: Dict[str, str] = field(default_factory=dict)
-    durations: Dict[str, float] = field(default_factory=dict)
+    pytest_status: Optional[int] = None  # noqa: UP045 - evaluated on Python 3.9 boxes
+    collected: list[str] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    filtered: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    selected: list[str] = field(default_factory=list)
+    executed: list[str] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
     ledger: LedgerReport = field(default_factory=LedgerReport)
-    plugins: List[str] = field(default_factory=list)
-    pytest_version: Optional[str] = None
-    conftests: List[str] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
+    plugins: list[str] = field(default_factory=list)
+    pytest_version: Optional[str] = None  # noqa: UP045 - evaluated on Python 3.9 boxes
+    conftests: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # Added by the probe work: ids whose outcome another hook rewrote (see the notes for how),
+    # and selected ids that a collection hook running after the ledger removed.
+    rewritten: list[str] = field(default_factory=list)
+    late_dropped: list[str] = field(default_factory=list)
 
 
 def read_probe(path: Path) -> ProbeData:
     """Read a probe file; a missing or truncated file yields what could be read (never raises)."""
-    raise NotImplementedError("filled in by the probe work")
+    data = ProbeData()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        reason = "was never written" if isinstance(exc, FileNotFoundError) else "cannot be read"
+        data.notes.append(f"probe record {path.name} {reason}: the plugin did not start")
+        return data
+    lines = raw.decode("utf-8", errors="replace").split("\n")
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            _read_line(data, line, number, last=number == len(lines))
+    data.executed = sorted(set(data.executed))
+    _explain(data)
+    return data
+
+
+def _read_line(data: ProbeData, line: str, number: int, last: bool) -> None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        # Every line ends in a newline when written whole; a last line without one was cut off.
+        what = "truncated last line ignored" if last else f"line {number} is not JSON; ignored"
+        data.notes.append(what)
+        return
+    kind = record.get("kind") if isinstance(record, dict) else None
+    handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+    if handler is None:
+        data.notes.append(f"line {number} has no known kind; ignored")
+        return
+    try:
+        handler(data, record)
+    except (TypeError, ValueError, KeyError):
+        data.notes.append(f"line {number} ({kind}) is malformed; ignored")
+
+
+def _strs(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError("expected a list of strings")
+    return list(value)
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return value
+
+
+def _read_start(data: ProbeData, record: dict[str, Any]) -> None:
+    version = record.get("pytest_version")
+    plugins = _strs(record.get("plugins", []))
+    conftests = _strs(record.get("conftests", []))
+    notes = _strs(record.get("notes", []))
+    data.pytest_version = None if version is None else _str(version)
+    data.started = True
+    data.plugins = plugins
+    data.conftests = sorted(set(data.conftests) | set(conftests))
+    data.notes.extend(notes)
+
+
+def _read_ledger(value: Any) -> LedgerReport:
+    if not isinstance(value, dict):
+        raise TypeError("ledger must be an object")
+    path, sha256, entries = value.get("path"), value.get("sha256"), value.get("entries", 0)
+    if not isinstance(entries, int) or isinstance(entries, bool):
+        raise TypeError("entries must be an int")
+    return LedgerReport(
+        path=None if path is None else _str(path),
+        sha256=None if sha256 is None else _str(sha256),
+        entries=entries,
+        deselected=[
+            Deselected(_str(d["nodeid"]), _str(d["entry"])) for d in value.get("deselected", [])
+        ],
+        frozen=_strs(value.get("frozen", [])),
+        stale=_strs(value.get("stale", [])),
+        widening=[
+            Widening(_str(w["entry"]), _strs(w["matches"])) for w in value.get("widening", [])
+        ],
+        expired=_strs(value.get("expired", [])),
+    )
+
+
+def _read_collection(data: ProbeData, record: dict[str, Any]) -> None:
+    lists = {
+        key: _strs(record.get(key, []))
+        for key in ("collected", "order", "filtered", "dropped", "selected", "late_dropped")
+    }
+    ledger = _read_ledger(record.get("ledger", {}))
+    conftests = _strs(record.get("conftests", []))
+    notes = _strs(record.get("notes", []))
+    data.collection_done = True
+    data.collected = sorted(set(lists["collected"]))
+    data.order = lists["order"]
+    data.filtered = sorted(set(lists["filtered"]))
+    data.dropped = sorted(set(lists["dropped"]))
+    data.selected = sorted(set(lists["selected"]))
+    data.late_dropped = sorted(set(lists["late_dropped"]))
+    ledger.leaked = data.ledger.leaked
+    data.ledger = ledger
+    data.conftests = sorted(set(data.conftests) | set(conftests))
+    data.notes.extend(notes)
+
+
+def _read_report(data: ProbeData, record: dict[str, Any]) -> None:
+    nodeid = _str(record["nodeid"])
+    outcome = _str(record["outcome"])
+    duration = record.get("duration", 0.0)
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}")
+    if not isinstance(duration, (int, float)) or isinstance(duration, bool):
+        raise TypeError("duration must be a number")
+    if nodeid in data.outcomes:
+        data.notes.append(f"{nodeid} was reported twice; the last report is kept")
+    data.outcomes[nodeid] = outcome
+    data.durations[nodeid] = float(duration)
+    if record.get("setup", True) is not False:
+        data.executed.append(nodeid)
+    if record.get("incomplete") is True:
+        data.notes.append(f"{nodeid} never reported its teardown (interrupted or crashed)")
+
+
+def _read_rewritten(data: ProbeData, record: dict[str, Any]) -> None:
+    nodeid = _str(record["nodeid"])
+    seen, reported = _str(record["seen"]), _str(record["reported"])
+    when = record.get("when")
+    phase = f" ({when} phase)" if isinstance(when, str) else ""
+    if nodeid not in data.rewritten:
+        data.rewritten.append(nodeid)
+    data.notes.append(
+        f"outcome of {nodeid}{phase} rewritten from {seen} to {reported} by another hook"
+    )
+
+
+def _read_finish(data: ProbeData, record: dict[str, Any]) -> None:
+    status = record["exitstatus"]
+    if not isinstance(status, int) or isinstance(status, bool):
+        raise TypeError("exitstatus must be an int")
+    leaked = _strs(record.get("leaked", []))
+    data.session_finished = True
+    data.pytest_status = status
+    data.ledger.leaked = sorted(set(leaked))
+
+
+_HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {
+    "start": _read_start,
+    "collection": _read_collection,
+    "report": _read_report,
+    "rewritten": _read_rewritten,
+    "finish": _read_finish,
+}
+
+
+def _few(ids: list[str]) -> str:
+    shown = ", ".join(ids[:_NOTE_IDS])
+    more = len(ids) - _NOTE_IDS
+    return shown if more <= 0 else f"{shown} and {more} more"
+
+
+def _explain(data: ProbeData) -> None:
+    """Add a note for every way the record falls short of a complete, consistent run."""
+    if not data.started:
+        data.notes.append("the probe never recorded a session start")
+    if data.started and not data.session_finished:
+        data.notes.append("the test session never finished (no finish line): it ended early")
+    if not data.collection_done:
+        return
+    if data.late_dropped:
+        ids = _few(data.late_dropped)
+        data.notes.append(f"selected ids removed by a hook after the ledger applied: {ids}")
+    unselected = sorted(set(data.executed) - set(data.selected))
+    if unselected:
+        data.notes.append(f"executed although not selected: {_few(unselected)}")
+    missing = sorted(set(data.selected) - set(data.executed))
+    if missing and data.session_finished:
+        data.notes.append(f"selected but never executed: {_few(missing)}")
+    if data.ledger.leaked:
+        data.notes.append(f"frozen ids executed anyway: {_few(data.ledger.leaked)}")

@@ -15,7 +15,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 
@@ -38,21 +38,21 @@ class Identity:
     head_after: str
     tree_before: str
     tree_after: str
-    expected_commit: Optional[str]
-    patch_sha256: Optional[str]
-    snapshot_sha256: Optional[str]
+    expected_commit: str | None
+    patch_sha256: str | None
+    snapshot_sha256: str | None
 
 
 @dataclass(frozen=True)
 class Tree:
     """Working-tree state: dirty paths and content digests before and after the run."""
 
-    dirty_before: List[str]
-    dirty_after: List[str]
+    dirty_before: list[str]
+    dirty_after: list[str]
     dirty_digest_before: str
     dirty_digest_after: str
-    written: List[str]
-    outputs: List[str]
+    written: list[str]
+    outputs: list[str]
 
 
 @dataclass(frozen=True)
@@ -67,13 +67,13 @@ class Deselected:
 class Collection:
     """The four sets (sorted), plus what pytest's own options filtered and collection order."""
 
-    collected: List[str]
-    deselected: List[Deselected]
-    selected: List[str]
-    executed: List[str]
-    order: List[str]
-    filtered: List[str]
-    dropped: List[str]
+    collected: list[str]
+    deselected: list[Deselected]
+    selected: list[str]
+    executed: list[str]
+    order: list[str]
+    filtered: list[str]
+    dropped: list[str]
     probe_started: bool
     session_finished: bool
 
@@ -85,24 +85,24 @@ class FileState:
     path: str
     kind: FileKind
     mode: int
-    sha256: Optional[str]
-    target: Optional[str]
+    sha256: str | None
+    target: str | None
 
 
 @dataclass(frozen=True)
 class Fixtures:
     """Watched roots hashed before and after the run, and what moved between the two."""
 
-    roots: List[str]
-    before: List[FileState]
-    after: List[FileState]
-    added: List[str]
-    removed: List[str]
-    changed: List[str]
-    type_changed: List[str]
-    mode_changed: List[str]
-    escaping_symlinks: List[str]
-    missing_roots: List[str]
+    roots: list[str]
+    before: list[FileState]
+    after: list[FileState]
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+    type_changed: list[str]
+    mode_changed: list[str]
+    escaping_symlinks: list[str]
+    missing_roots: list[str]
 
 
 @dataclass(frozen=True)
@@ -110,21 +110,21 @@ class Widening:
     """A ledger entry that resolved to more than one node id."""
 
     entry: str
-    matches: List[str]
+    matches: list[str]
 
 
 @dataclass(frozen=True)
 class Quarantine:
     """The flake ledger as it applied to this run."""
 
-    ledger_path: Optional[str]
-    ledger_sha256: Optional[str]
+    ledger_path: str | None
+    ledger_sha256: str | None
     entries: int
-    frozen: List[str]
-    stale: List[str]
-    widening: List[Widening]
-    expired: List[str]
-    leaked: List[str]
+    frozen: list[str]
+    stale: list[str]
+    widening: list[Widening]
+    expired: list[str]
+    leaked: list[str]
 
 
 @dataclass(frozen=True)
@@ -133,20 +133,20 @@ class PinResult:
 
     id: str
     status: PinStatus
-    exit_code: Optional[int]
+    exit_code: int | None
     stdout_sha256: str
     stderr_sha256: str
-    files: Dict[str, str]
-    failure_class: Optional[str]
+    files: dict[str, str]
+    failure_class: str | None
 
 
 @dataclass(frozen=True)
 class Pins:
     """Pin replay results; replayed is False when the repository declares no pins."""
 
-    source: Optional[str]
+    source: str | None
     replayed: bool
-    results: List[PinResult]
+    results: list[PinResult]
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,8 @@ class Exit:
 
     status: int
     interpretation: Interpretation
-    reasons: List[str]
-    pytest_status: Optional[int]
+    reasons: list[str]
+    pytest_status: int | None
 
 
 @dataclass(frozen=True)
@@ -170,12 +170,12 @@ class Environment:
     locale: str
     tz: str
     cpu_count: int
-    variables: Dict[str, str]
+    variables: dict[str, str]
     omitted_variables: int
-    conftest_sha256: Dict[str, str]
-    plugins: List[str]
-    pytest_version: Optional[str]
-    host_key_fingerprint: Optional[str]
+    conftest_sha256: dict[str, str]
+    plugins: list[str]
+    pytest_version: str | None
+    host_key_fingerprint: str | None
     host_key_accepted_new: bool
 
 
@@ -187,14 +187,14 @@ class Receipt:
     run_id: str
     label: str
     charpin_version: str
-    command: List[str]
+    command: list[str]
     started_at: str
     wall_seconds: float
     identity: Identity
     tree: Tree
     collection: Collection
-    outcomes: Dict[str, Outcome]
-    durations: Dict[str, float]
+    outcomes: dict[str, Outcome]
+    durations: dict[str, float]
     fixtures: Fixtures
     quarantine: Quarantine
     pins: Pins
@@ -202,7 +202,7 @@ class Receipt:
     environment: Environment
 
 
-def to_dict(receipt: Receipt) -> Dict[str, Any]:
+def to_dict(receipt: Receipt) -> dict[str, Any]:
     """Return the receipt as plain JSON-ready data."""
     return asdict(receipt)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import typing
-from typing import Any, Dict, Tuple, Type, TypeVar, Union
+from typing import Any, TypeVar, Union
 
 from charpin_runner.errors import ConfigError
 
@@ -31,22 +31,22 @@ def _name_of(value: Any) -> str:
     return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
-def _hints(cls: type) -> Dict[str, Any]:
+def _hints(cls: type) -> dict[str, Any]:
     module = sys.modules[cls.__module__]
     return typing.get_type_hints(cls, vars(module))
 
 
-def convert(data: Any, cls: Type[T], path: str = "$", error: type = ConfigError) -> T:
+def convert(data: Any, cls: type[T], path: str = "$", error: type[ConfigError] = ConfigError) -> T:
     """Convert data into dataclass cls, refusing unknown keys and wrong types with a `$.path`."""
     return typing.cast(T, _convert(data, cls, path, error))
 
 
-def _fail(error: type, message: str, path: str) -> Exception:
+def _fail(error: type[ConfigError], message: str, path: str) -> Exception:
     exc: Exception = error(f"{message} - at `{path}`")
     return exc
 
 
-def _convert(value: Any, tp: Any, path: str, error: type) -> Any:
+def _convert(value: Any, tp: Any, path: str, error: type[ConfigError]) -> Any:
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _convert_dataclass(value, tp, path, error)
     origin = typing.get_origin(tp)
@@ -67,7 +67,7 @@ def _convert(value: Any, tp: Any, path: str, error: type) -> Any:
     return _convert_scalar(value, tp, path, error)
 
 
-def _convert_dataclass(value: Any, cls: type, path: str, error: type) -> Any:
+def _convert_dataclass(value: Any, cls: type, path: str, error: type[ConfigError]) -> Any:
     if not isinstance(value, dict):
         raise _fail(error, f"Expected `object`, got `{_name_of(value)}`", path)
     hints = _hints(cls)
@@ -84,7 +84,7 @@ def _convert_dataclass(value: Any, cls: type, path: str, error: type) -> Any:
     return cls(**kwargs)
 
 
-def _convert_union(value: Any, args: Tuple[Any, ...], path: str, error: type) -> Any:
+def _convert_union(value: Any, args: tuple[Any, ...], path: str, error: type[ConfigError]) -> Any:
     if value is None and type(None) in args:
         return None
     others = [a for a in args if a is not type(None)]
@@ -97,14 +97,14 @@ def _convert_union(value: Any, args: Tuple[Any, ...], path: str, error: type) ->
     raise last
 
 
-def _convert_list(value: Any, args: Tuple[Any, ...], path: str, error: type) -> Any:
+def _convert_list(value: Any, args: tuple[Any, ...], path: str, error: type[ConfigError]) -> Any:
     if not isinstance(value, list):
         raise _fail(error, f"Expected `array`, got `{_name_of(value)}`", path)
     item = args[0] if args else Any
     return [_convert(v, item, f"{path}[{i}]", error) for i, v in enumerate(value)]
 
 
-def _convert_dict(value: Any, args: Tuple[Any, ...], path: str, error: type) -> Any:
+def _convert_dict(value: Any, args: tuple[Any, ...], path: str, error: type[ConfigError]) -> Any:
     if not isinstance(value, dict):
         raise _fail(error, f"Expected `object`, got `{_name_of(value)}`", path)
     item = args[1] if len(args) == 2 else Any
@@ -116,7 +116,7 @@ def _convert_dict(value: Any, args: Tuple[Any, ...], path: str, error: type) -> 
     return out
 
 
-def _convert_scalar(value: Any, tp: Any, path: str, error: type) -> Any:
+def _convert_scalar(value: Any, tp: Any, path: str, error: type[ConfigError]) -> Any:
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp in (int, float) and isinstance(value, bool):

@@ -3,16 +3,78 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
+
+from charpin_runner.errors import EXIT_CLEAN, EXIT_DRIFT, UsageError
+from charpin_runner.guard import gitio
+from charpin_runner.guard.check import Verdict, check_range, check_staged
+from charpin_runner.guard.hook import install_hook
 
 
 def add_parsers(sub: Any) -> None:
-    """Register the `guard` command group (filled in by the guard work)."""
-    parser = sub.add_parser("guard", help="(not built yet)")
-    parser.set_defaults(handler=_not_built)
+    """Register `charpin guard` and `charpin guard install`."""
+    parser = sub.add_parser(
+        "guard",
+        help="refuse commits that change pins together with production code",
+        description=(
+            "Refuse a change set that touches protected paths (pins file, case and golden "
+            "folders, ledger, inventory, [tool.charpin]) and production code together. "
+            "Exit 2 when refused."
+        ),
+    )
+    parser.add_argument("--repo", default=".", help="a path inside the repository (default: .)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--staged", action="store_true", help="check the index (pre-commit)")
+    what.add_argument("--range", metavar="REV..REV", help="check each commit of a range (CI)")
+    actions = parser.add_subparsers(dest="guard_action", metavar="ACTION")
+    install = actions.add_parser("install", help="write .git/hooks/pre-commit (core.hooksPath)")
+    install.add_argument("--force", action="store_true", help="replace a foreign hook (keeps .bak)")
+    install.set_defaults(handler=_install)
+    parser.set_defaults(handler=_check)
 
 
-def _not_built(args: argparse.Namespace) -> int:
-    from charpin_runner.errors import UsageError  # noqa: PLC0415
+def _check(args: argparse.Namespace) -> int:
+    repo = gitio.toplevel(Path(args.repo))
+    if args.range:
+        verdicts = check_range(repo, args.range)
+        scope = f"{len(verdicts)} commit(s) in {args.range}"
+    elif args.staged:
+        verdicts = [check_staged(repo)]
+        scope = "the staged change"
+    else:
+        raise UsageError("charpin guard: pass --staged, --range REV..REV, or `install`")
+    refused = [v for v in verdicts if v.refused]
+    for verdict in refused:
+        print(render_refusal(verdict), file=sys.stderr)
+    if refused:
+        print(
+            f"charpin guard: refused {len(refused)} of {scope}; put pin updates and code "
+            "changes in separate commits",
+            file=sys.stderr,
+        )
+        return EXIT_DRIFT
+    print(f"charpin guard: ok, {scope}: no pins changed together with production code")
+    return EXIT_CLEAN
 
-    raise UsageError("charpin guard is not built yet")
+
+def render_refusal(verdict: Verdict) -> str:
+    """Both lists, one path a line."""
+    lines = [f"charpin guard: refused {verdict.label}: it changes pins and production code"]
+    lines.append("  protected (pins, cases, goldens, ledger, inventory, [tool.charpin]):")
+    lines += [f"    {p}" for p in verdict.protected]
+    lines.append("  production code:")
+    lines += [f"    {p}" for p in verdict.code]
+    return "\n".join(lines)
+
+
+def _install(args: argparse.Namespace) -> int:
+    if args.staged or args.range:
+        raise UsageError("charpin guard install takes no --staged/--range; run it on its own")
+    repo = gitio.toplevel(Path(args.repo))
+    hook, backup = install_hook(repo, force=args.force)
+    if backup is not None:
+        print(f"charpin guard: moved the previous hook to {backup}")
+    print(f"charpin guard: installed {hook}; it runs `charpin guard --staged` before each commit")
+    return EXIT_CLEAN

@@ -1,1 +1,1 @@
-"""Entry-point inventory (AST): what a repository can run and which env keys it reads. Stdlib only."""
+"""Entry-point inventory (AST): what a repository runs and which env keys it reads. Stdlib only."""

@@ -1,18 +1,307 @@
-"""CLI glue for `charpin pins`. Runs on any box; stdlib only. May print; library code may not."""
+"""CLI glue for `charpin pins record|check|cover`. Runs on any box; stdlib only. May print.
+
+Exit codes: check 0 green, 2 drift (or --prove found a blind spot), 64 usage or configuration
+(no pins), 8 a corrupt pins file. record 0 written, 2 an unstable pin was refused, 64 refused to
+overwrite a golden without --update, --update while CI is set, or an unknown id. cover 0, 64
+without coverage.py.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from charpin_runner import config as charpin_config
+from charpin_runner.errors import EXIT_CLEAN, EXIT_DRIFT, CharpinError, UsageError
+from charpin_runner.pins import compare as cmp
+from charpin_runner.pins.config import PinsConfig
+from charpin_runner.pins.execute import Session
+from charpin_runner.pins.model import Case, Pin, check_id
+from charpin_runner.pins.prove import prove, weak_pins
+from charpin_runner.pins.record import Recorded, changes, record_case
+from charpin_runner.pins.replay import Outcome, jobs_for, replay, write_actual
+from charpin_runner.pins.store import (
+    PinSet,
+    load_pins,
+    require_pins,
+    save_golden,
+    save_jsonl,
+)
+
+_ALL = "*"
 
 
 def add_parsers(sub: Any) -> None:
-    """Register the `pins` command group (filled in by the pins work)."""
-    parser = sub.add_parser("pins", help="(not built yet)")
-    parser.set_defaults(handler=_not_built)
+    """Register `charpin pins` with its record, check and cover subcommands."""
+    parser = sub.add_parser("pins", help="record, replay and cover characterization pins")
+    pins_sub = parser.add_subparsers(dest="pins_command", metavar="SUBCOMMAND")
+    parser.set_defaults(handler=lambda _args: _usage(parser))
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--repo", default=".", help="repository root (default: .)")
+        p.add_argument("--jobs", type=int, default=None, help="parallel pins (default: CPUs)")
+        p.add_argument("--config-json", default=None, help="resolved [tool.charpin] as JSON")
+
+    rec = pins_sub.add_parser("record", help="run the current program as the oracle, write pins")
+    common(rec)
+    rec.add_argument(
+        "--update",
+        nargs="?",
+        const=_ALL,
+        action="append",
+        metavar="ID",
+        help="re-record existing goldens (all, or the pin ID; repeatable); refused when CI is set",
+    )
+    rec.add_argument("--id", dest="pin_id", help="add a new pins.jsonl pin with this id")
+    rec.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="env of the new pin")
+    rec.add_argument("--stdin", default=None, metavar="FILE", help="stdin of the new pin")
+    rec.add_argument("--cwd-rel", default=".", help="cwd of the new pin, inside its work folder")
+    rec.add_argument("--fixtures", default=None, help="repo folder copied as the work folder")
+    rec.add_argument("command", nargs="*", help="after --: the script (*.py) or command and its args")
+    rec.set_defaults(handler=_record)
+
+    chk = pins_sub.add_parser("check", help="replay every pin; exit 0 green, 2 drift")
+    common(chk)
+    chk.add_argument("--prove", action="store_true", help="also prove the comparator can fail")
+    chk.add_argument("--id", dest="ids", action="append", default=[], help="only this pin (repeatable)")
+    chk.set_defaults(handler=_check)
+
+    cov = pins_sub.add_parser("cover", help="lines and branches of the entry points no pin runs")
+    common(cov)
+    cov.set_defaults(handler=_cover)
 
 
-def _not_built(args: argparse.Namespace) -> int:
-    from charpin_runner.errors import UsageError  # noqa: PLC0415
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    raise UsageError("charpin pins: choose a subcommand: record, check or cover")
 
-    raise UsageError("charpin pins is not built yet")
+
+def _load(args: argparse.Namespace) -> Tuple[Path, PinsConfig]:
+    repo = Path(args.repo).resolve()
+    if not repo.is_dir():
+        raise UsageError(f"--repo {args.repo} is not a folder; pass the repository root")
+    if args.config_json:
+        cfg = charpin_config.load_json(Path(args.config_json))
+    else:
+        cfg = charpin_config.load(repo)
+    return repo, cfg.pins
+
+
+def _check(args: argparse.Namespace) -> int:
+    repo, config = _load(args)
+    pin_set = load_pins(repo, config)
+    require_pins(pin_set, config)
+    pins = pin_set.all
+    if args.ids:
+        known = {p.case.id for p in pins}
+        unknown = sorted(set(args.ids) - known)
+        if unknown:
+            raise UsageError(f"unknown pin id {', '.join(unknown)}; see the ids in {config.file}")
+        pins = [p for p in pins if p.case.id in set(args.ids)]
+    if not pins:
+        raise UsageError(f"{config.file} holds no pins; record some with `charpin pins record`")
+    actual_root = repo / config.actual_dir
+    shutil.rmtree(actual_root, ignore_errors=True)
+    with Session(repo, config) as session:
+        outcomes = replay(session, pins, jobs_for(config, args.jobs))
+    failed = [o for o in outcomes if o.classes]
+    for outcome in failed:
+        _report_failure(outcome, write_actual(actual_root, outcome), repo, config)
+    passed = len(outcomes) - len(failed)
+    print(f"pins: {passed} passed, {len(failed)} drifted, of {len(outcomes)}")
+    status = EXIT_DRIFT if failed else EXIT_CLEAN
+    if args.prove:
+        status |= _prove(outcomes, pins)
+    return status
+
+
+def _prove(outcomes: List[Outcome], pins: List[Pin]) -> int:
+    for warning in weak_pins(pins):
+        print(f"warning: {warning}", file=sys.stderr)
+    problems = prove(outcomes)
+    for problem in problems:
+        print(f"prove: {problem}")
+    checked = sum(1 for o in outcomes if not o.classes)
+    if problems:
+        print(f"prove: FAILED, the comparator missed {len(problems)} perturbation(s)")
+        return EXIT_DRIFT
+    print(f"prove: every perturbation of {checked} green pin(s) was caught")
+    return EXIT_CLEAN
+
+
+def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConfig) -> None:
+    case = outcome.pin.case
+    print(f"DRIFT {case.id} [{outcome.failure_class}]  classes: {', '.join(outcome.classes)}")
+    print(f"  argv: {list(case.argv)}  cwd: $WORK/{case.cwd_rel}  env: {sorted(case.env)}")
+    run = outcome.run
+    if run.error:
+        print(f"  error: {run.error}")
+    if outcome.pin.golden is None:
+        print("  no golden yet: run `charpin pins record`")
+    if run.timed_out:
+        print(f"  timed out after {config.timeout}s")
+    for path in run.outside_writes:
+        print(f"  wrote outside {config.output}/: {path}")
+    if outcome.pin.golden is not None and not run.error:
+        for line in cmp.describe(outcome.pin.golden, run.observation, config.diff_lines):
+            print(f"  {line}")
+    try:
+        shown = folder.relative_to(repo).as_posix()
+    except ValueError:
+        shown = str(folder)
+    print(f"  actual outputs: {shown}/")
+
+
+def _parse_env(items: List[str]) -> Dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env {item!r} is not KEY=VALUE; write it as KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _new_case(args: argparse.Namespace, config: PinsConfig) -> Optional[Case]:
+    if args.pin_id is None:
+        if args.command:
+            raise UsageError("a command needs --id NAME to name the new pin")
+        return None
+    if not args.command:
+        raise UsageError(f"--id {args.pin_id} needs the command after --, e.g. -- app.py --flag")
+    stdin = b""
+    if args.stdin is not None:
+        try:
+            stdin = Path(args.stdin).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"cannot read --stdin {args.stdin}: {exc.strerror}") from None
+    return Case(
+        id=check_id(args.pin_id, "--id"),
+        argv=tuple(args.command),
+        env=_parse_env(args.env),
+        stdin=stdin,
+        cwd_rel=args.cwd_rel,
+        fixtures=args.fixtures,
+        origin=config.file,
+    )
+
+
+def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> List[Pin]:
+    """Pins to record: pending ones, plus those named by --update; refuse silent overwrites."""
+    updates: List[str] = args.update or []
+    if updates and os.environ.get("CI"):
+        raise UsageError("refusing --update while CI is set; re-record pins locally and commit them")
+    existing = {p.case.id: p for p in pin_set.all}
+    for pin_id in updates:
+        if pin_id != _ALL and pin_id not in existing:
+            raise UsageError(f"--update {pin_id}: no such pin; see the ids in {pin_set.jsonl_path.name}")
+    wanted = [p for p in pin_set.all if p.golden is None]
+    if new is not None:
+        old = existing.get(new.id)
+        if old is not None and old.golden is not None and new.id not in updates and _ALL not in updates:
+            raise UsageError(f"pin {new.id} already has a golden; pass --update {new.id} to replace it")
+        if old is not None and old.case.origin != new.origin:
+            raise UsageError(f"pin {new.id} is a case folder ({old.case.origin}); pick another id")
+        wanted = [p for p in wanted if p.case.id != new.id]
+        wanted.append(Pin(new, old.golden if old else None))
+    for pin in pin_set.all:
+        if pin.golden is not None and (_ALL in updates or pin.case.id in updates):
+            if new is None or pin.case.id != new.id:
+                wanted.append(pin)
+    return wanted
+
+
+def _record(args: argparse.Namespace) -> int:
+    repo, config = _load(args)
+    pin_set = load_pins(repo, config)
+    new = _new_case(args, config)
+    wanted = _select(args, pin_set, new)
+    if not wanted:
+        require_pins(pin_set, config)
+        print("pins: nothing to record (every pin has a golden; use --update [ID] to re-record)")
+        return EXIT_CLEAN
+    results: Dict[str, Recorded] = {}
+    refused: List[str] = []
+    with Session(repo, config) as session:
+
+        def one(pin: Pin) -> Tuple[Pin, Optional[Recorded], Optional[str]]:
+            try:
+                return pin, record_case(session, pin.case), None
+            except CharpinError as exc:
+                return pin, None, str(exc)
+
+        with ThreadPoolExecutor(max_workers=jobs_for(config, args.jobs)) as pool:
+            for pin, recorded, problem in pool.map(one, wanted):
+                if recorded is None:
+                    refused.append(f"refused: {problem}")
+                    continue
+                results[pin.case.id] = recorded
+                if pin.golden is None:
+                    print(f"recorded {pin.case.id}")
+                else:
+                    what = changes(pin.golden, recorded.observation)
+                    print(f"updated {pin.case.id}: {', '.join(what) if what else 'unchanged'}")
+    _write(pin_set, new, results)
+    for line in refused:
+        print(line, file=sys.stderr)
+    return EXIT_DRIFT if refused else EXIT_CLEAN
+
+
+def _write(pin_set: PinSet, new: Optional[Case], results: Dict[str, Recorded]) -> None:
+    jsonl = list(pin_set.jsonl)
+    if new is not None and new.id in results and new.id not in {p.case.id for p in jsonl}:
+        jsonl.append(Pin(new, None))
+    changed = False
+    merged = []
+    for pin in jsonl:
+        got = results.get(pin.case.id)
+        if got is not None:
+            merged.append(Pin(got.case, got.observation))
+            changed = True
+        else:
+            merged.append(pin)
+    if changed:
+        save_jsonl(pin_set.jsonl_path, merged)
+    for pin in pin_set.folders:
+        got = results.get(pin.case.id)
+        if got is not None:
+            save_golden(pin_set.goldens_dir, pin.case.id, got.observation)
+
+
+def _cover(args: argparse.Namespace) -> int:
+    from charpin_runner.pins.cover import cover  # noqa: PLC0415 - optional extra
+
+    repo, config = _load(args)
+    pin_set = load_pins(repo, config)
+    require_pins(pin_set, config)
+    with Session(repo, config) as session:
+        report = cover(session, pin_set.all, jobs_for(config, args.jobs))
+    for entry in report:
+        print(
+            f"{entry.path}: {len(entry.missing_lines)} of {entry.lines} lines and "
+            f"{len(entry.missing_branches)} of {entry.branches} branches not exercised by any pin"
+        )
+        if entry.missing_lines:
+            print(f"  lines: {_ranges(entry.missing_lines)}")
+        for start, end in entry.missing_branches:
+            target = "exit" if end < 0 else str(end)
+            print(f"  branch: {start} -> {target}")
+    return EXIT_CLEAN
+
+
+def _ranges(numbers: List[int]) -> str:
+    parts = []
+    start = prev = numbers[0]
+    for n in numbers[1:]:
+        if n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = n
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)

@@ -1,0 +1,235 @@
+"""Coordinator side; pure. The gate table (design §5): PASS, FAIL or INCOMPLETE per gate per box.
+
+Gates fail closed on absence: no watched roots, no collected tests, or a comparison with one box
+is INCOMPLETE, never PASS. The box's own exit interpretation is not trusted: completeness is
+recomputed here from the sets the receipt carries.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+
+from charpin_runner.receipt import FileState, Receipt
+
+from charpin_coordinator.report import GateName, GateResult, GateStatus
+
+Labeled = tuple[str, Receipt]
+Verdict = tuple[GateStatus, str]
+
+ACTIONS: dict[GateName, str] = {
+    "Identity": "re-run on the commit under review: this receipt is stale or the patch was rebased",
+    "Clean tree": "commit, discard or declare (outputs = [...]) the listed files, then re-run",
+    "Fixture integrity": "restore the fixtures (git checkout -- PATH) and find what writes them",
+    "Collection parity": "find why tests appeared or vanished on this box (skips, imports, "
+    "missing dependencies) before trusting its run",
+    "Quarantine": "renew or remove expired and stale ledger entries, split widening ones into "
+    "exact ids, and stop the frozen test from running",
+    "Completeness": "the run did not account for its tests: look for os._exit, crashes or hooks "
+    "that drop items, then re-run",
+    "Pin replay": "inspect .charpin/pins-actual/ID/ on that box; if the change is intended, "
+    "update the pin in a commit of its own",
+}
+
+
+def undeclared(paths: Sequence[str], outputs: Sequence[str]) -> list[str]:
+    """Paths not covered by the declared output globs (a glob ending in / covers a folder)."""
+    out = []
+    for path in paths:
+        if any(_covers(glob, path) for glob in outputs):
+            continue
+        out.append(path)
+    return out
+
+
+def _covers(glob: str, path: str) -> bool:
+    if glob.endswith("/"):
+        return path.startswith(glob)
+    return fnmatch.fnmatchcase(path, glob)
+
+
+def evaluate(
+    receipts: Sequence[Labeled], base: Labeled | None, expected: str | None
+) -> list[GateResult]:
+    """Every gate for every box, in table order."""
+    rules: list[tuple[GateName, Callable[[str, Receipt], Verdict]]] = [
+        ("Identity", lambda label, r: _identity(r, expected)),
+        ("Clean tree", lambda label, r: _clean_tree(r)),
+        ("Fixture integrity", lambda label, r: _fixtures(label, r, base)),
+        ("Collection parity", lambda label, r: _parity(label, r, base, len(receipts))),
+        ("Quarantine", lambda label, r: _quarantine(label, r, base)),
+        ("Completeness", lambda label, r: _completeness(r)),
+        ("Pin replay", lambda label, r: _pins(label, r, receipts)),
+    ]
+    results = []
+    for gate, rule in rules:
+        for label, receipt in receipts:
+            status, detail = rule(label, receipt)
+            action = ACTIONS[gate] if status != "PASS" else ""
+            results.append(
+                GateResult(gate=gate, box=label, status=status, detail=detail, action=action)
+            )
+    return results
+
+
+def _identity(r: Receipt, expected: str | None) -> Verdict:
+    i = r.identity
+    if not i.head_before or not i.tree_before:
+        return "INCOMPLETE", "the receipt has no commit (not run in a git checkout?)"
+    problems = []
+    if i.head_before != i.head_after:
+        problems.append(f"HEAD moved during the run: {i.head_before[:12]} -> {i.head_after[:12]}")
+    if i.tree_before != i.tree_after:
+        problems.append(f"tree moved during the run: {i.tree_before[:12]} -> {i.tree_after[:12]}")
+    if expected and i.head_before != expected:
+        problems.append(f"ran {i.head_before[:12]}, not the commit under review {expected[:12]}")
+    if problems:
+        return "FAIL", "; ".join(problems)
+    return "PASS", f"ran {i.head_before[:12]}"
+
+
+def _clean_tree(r: Receipt) -> Verdict:
+    dirty = undeclared(r.tree.dirty_after, r.tree.outputs)
+    written = undeclared(r.tree.written, r.tree.outputs)
+    if not dirty and not written:
+        return "PASS", "no undeclared changes"
+    parts = []
+    before = [p for p in dirty if p not in written]
+    if before:
+        parts.append("uncommitted before the run: " + _list(before))
+    if written:
+        parts.append("written during the run: " + _list(written))
+    return "FAIL", "; ".join(parts)
+
+
+def _state_map(states: list[FileState]) -> dict[str, tuple[object, ...]]:
+    return {s.path: (s.kind, s.mode, s.sha256, s.target) for s in states}
+
+
+def _fixtures(label: str, r: Receipt, base: Labeled | None) -> Verdict:
+    f = r.fixtures
+    if not f.roots or set(f.missing_roots) == set(f.roots):
+        return "INCOMPLETE", "no watched fixture root exists; set [tool.charpin] watch"
+    moved = sorted(
+        {*f.added, *f.removed, *f.changed, *f.type_changed, *f.mode_changed, *f.escaping_symlinks}
+    )
+    blamed = _blamed_paths(label, r, base)
+    if moved or blamed:
+        parts = []
+        if moved:
+            parts.append("moved during the run: " + _list(moved))
+        if f.escaping_symlinks:
+            parts.append("symlinks out of the root: " + _list(f.escaping_symlinks))
+        if blamed:
+            parts.append("differs from the baseline before the run: " + _list(blamed))
+        return "FAIL", "; ".join(parts)
+    count = len(f.before)
+    return "PASS", f"{count} watched file(s) unchanged"
+
+
+def _blamed_paths(label: str, r: Receipt, base: Labeled | None) -> list[str]:
+    """Watched paths whose starting state differs from the baseline's, attributed to this box.
+
+    A difference is this box's fault when the path is uncommitted here, the baseline's when it is
+    uncommitted there, and otherwise the non-baseline box's.
+    """
+    if base is None:
+        return []
+    base_label, b = base
+    mine, theirs = _state_map(r.fixtures.before), _state_map(b.fixtures.before)
+    blamed = []
+    for path in sorted(set(mine) | set(theirs)):
+        if mine.get(path) == theirs.get(path):
+            continue
+        dirty_here = path in r.tree.dirty_before
+        dirty_there = path in b.tree.dirty_before
+        if dirty_here or (label != base_label and not dirty_there):
+            blamed.append(path)
+    return blamed
+
+
+def _parity(label: str, r: Receipt, base: Labeled | None, count: int) -> Verdict:
+    if not r.collection.collected:
+        return "INCOMPLETE", "zero tests collected"
+    if count < 2 or base is None:
+        return "INCOMPLETE", "parity needs at least two evaluated boxes"
+    base_label, b = base
+    if label == base_label:
+        return "PASS", "baseline"
+    problems = []
+    for name in ("collected", "executed"):
+        mine, theirs = set(getattr(r.collection, name)), set(getattr(b.collection, name))
+        if mine != theirs:
+            problems.append(
+                f"{name}: {len(theirs - mine)} missing, {len(mine - theirs)} extra vs {base_label}"
+            )
+    if problems:
+        return "FAIL", "; ".join(problems)
+    return "PASS", f"same {len(r.collection.collected)} collected as {base_label}"
+
+
+def _quarantine(label: str, r: Receipt, base: Labeled | None) -> Verdict:
+    q = r.quarantine
+    problems = []
+    if q.leaked:
+        problems.append("frozen test(s) executed: " + _list(q.leaked))
+    if q.stale:
+        problems.append("stale entries: " + _list(q.stale))
+    if q.widening:
+        problems.append("widening entries: " + _list([w.entry for w in q.widening]))
+    if q.expired:
+        problems.append("expired entries: " + _list(q.expired))
+    if base is not None and q.ledger_sha256 != base[1].quarantine.ledger_sha256:
+        problems.append(f"ledger differs from {base[0]}'s")
+    if problems:
+        return "FAIL", "; ".join(problems)
+    if q.ledger_path is None:
+        return "PASS", "no ledger"
+    return "PASS", f"{len(q.frozen)} frozen test(s) deselected, none leaked"
+
+
+def _completeness(r: Receipt) -> Verdict:
+    c, e = r.collection, r.exit
+    if e.interpretation in ("timed-out", "interrupted"):
+        return "INCOMPLETE", f"the run was {e.interpretation}"
+    if e.interpretation == "no-tests" or not c.executed:
+        return "INCOMPLETE", "zero tests executed"
+    problems = []
+    if not c.session_finished:
+        problems.append("the test session never finished")
+    if set(c.executed) != set(c.selected):
+        missing = sorted(set(c.selected) - set(c.executed))
+        extra = sorted(set(c.executed) - set(c.selected))
+        problems.append(
+            f"executed != selected ({len(missing)} selected not run"
+            + (f": {_list(missing)}" if missing else "")
+            + f", {len(extra)} run unselected)"
+        )
+    if e.status == 0 and any(o in ("failed", "error") for o in r.outcomes.values()):
+        problems.append("exit 0 despite failed tests")
+    if e.interpretation == "incomplete":
+        problems.extend(e.reasons or ["the box marked the run incomplete"])
+    if problems:
+        return "FAIL", "; ".join(dict.fromkeys(problems))
+    return "PASS", f"exit {e.status} ({e.interpretation}) matches {len(c.executed)} executed"
+
+
+def _pins(label: str, r: Receipt, receipts: Sequence[Labeled]) -> Verdict:
+    others = [o for lbl, o in receipts if lbl != label]
+    if not r.pins.replayed:
+        if any(o.pins.replayed for o in others):
+            return "INCOMPLETE", "pins were not replayed here but were on another box"
+        return "PASS", "no pins declared"
+    failing = [p.id for p in r.pins.results if p.status != "passed"]
+    if failing:
+        return "FAIL", "drifted pins: " + _list(failing)
+    mine = {p.id for p in r.pins.results}
+    for other_label, o in ((lbl, o) for lbl, o in receipts if lbl != label):
+        if o.pins.replayed and {p.id for p in o.pins.results} != mine:
+            return "FAIL", f"pin set differs from {other_label}'s"
+    return "PASS", f"{len(mine)} pin(s) replayed byte for byte"
+
+
+def _list(items: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")

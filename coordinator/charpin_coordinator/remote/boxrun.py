@@ -1,0 +1,461 @@
+"""Coordinator side. One box's pipeline: connect, ship, setup, test, fetch -> BoxOutcome.
+
+Never raises for box-side problems: whatever goes wrong becomes a NotEvaluated with a kind and
+a one-line reason, so one bad box never hides the others. Every remote step is a short Python
+script (stdlib, Python >= 3.9) run with `python3 -I -c`, its values passed as argv, never pasted
+into the source; the test run itself is detached with its own session and writes to files.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from charpin_runner.errors import CharpinError, IntegrityError
+from charpin_runner.receipt import Receipt
+
+from charpin_coordinator.remote import snapshot
+from charpin_coordinator.remote.bundle import RunnerBundle
+from charpin_coordinator.remote.transport import Transport
+from charpin_coordinator.report import NotEvaluated, NotEvaluatedKind
+
+MAX_LOG_BYTES = 8 * 1024 * 1024
+MAX_RECEIPT_BYTES = 64 * 1024 * 1024
+GRACE_SECONDS = 20.0  # past the runner's own --timeout before the coordinator kills the group
+TERM_WAIT_SECONDS = 8.0  # time the runner gets after SIGTERM to write its receipt
+_STEP_TIMEOUT = 120.0
+_POLL_SECONDS = 2.0
+
+Phase = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What every box of one run shares."""
+
+    run_id: str
+    snap: snapshot.Snapshot
+    config_table: Mapping[str, Any]
+    setup: Sequence[str]
+    timeout: float
+    keep: bool
+    runner: RunnerBundle
+    repo_key: str
+
+
+@dataclass(frozen=True)
+class BoxTarget:
+    """One requested box: its label, how to reach it and its per-host extras."""
+
+    label: str
+    folder: str
+    connect: Callable[[], Transport]
+    python: str = "python3"
+    setup: Sequence[str] | None = None
+    timeout: float | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class BoxOutcome:
+    """What one box gave back: a decoded receipt, or why it could not be evaluated."""
+
+    label: str
+    folder: str
+    receipt: Receipt | None = None
+    raw_receipt: bytes | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    not_evaluated: NotEvaluated | None = None
+    interrupted: bool = False
+    sent: int = 0
+    received: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+class BoxFailure(Exception):
+    """A box-side problem with its NotEvaluated kind (internal to this module)."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+def run_box(target: BoxTarget, plan: RunPlan, phase: Phase, stop: threading.Event) -> BoxOutcome:
+    """Run the whole pipeline on one box; always return an outcome."""
+    out = BoxOutcome(label=target.label, folder=target.folder)
+    box: Transport | None = None
+    try:
+        phase(target.label, "connect")
+        box = target.connect()
+        _Pipeline(box, target, plan, phase, stop, out).run()
+    except BoxFailure as exc:
+        out.not_evaluated = _not_evaluated(target.label, exc.kind, exc.reason)
+    except Exception as exc:  # noqa: BLE001 - one box's surprise must not hide the others
+        out.not_evaluated = _not_evaluated(target.label, _kind_of(exc), _one_line(exc))
+    finally:
+        if box is not None:
+            out.sent, out.received = box.stats.sent, box.stats.received
+            _close(box)
+    phase(target.label, "done" if out.not_evaluated is None else "not evaluated")
+    return out
+
+
+class _Pipeline:
+    """The steps for one connected box, each small and named."""
+
+    def __init__(self, box: Transport, target: BoxTarget, plan: RunPlan, phase: Phase,
+                 stop: threading.Event, out: BoxOutcome):
+        self.box, self.target, self.plan, self.phase, self.stop, self.out = (
+            box, target, plan, phase, stop, out)
+        self.python = target.python
+        self.paths: dict[str, str] = {}
+
+    def run(self) -> None:
+        prep = self._prepare()
+        try:
+            self.phase(self.target.label, "ship")
+            sha = self._ship(prep)
+            self._check_stop()
+            self.phase(self.target.label, "setup")
+            python = self._setup(prep)
+            self._check_stop()
+            self.phase(self.target.label, "test")
+            self._test(python, sha)
+            self.phase(self.target.label, "fetch")
+            self._fetch()
+        finally:
+            if not self.plan.keep:
+                self._step([self.python, "-I", "-c", CLEAN, self.paths["run"]], "cleaning up")
+
+    def _prepare(self) -> dict[str, Any]:
+        setup = self._setup_commands()
+        done = self.box.run(
+            [self.python, "-I", "-c", PREP, self.box.home(), self.plan.run_id, self.target.folder,
+             self.plan.repo_key, self.plan.runner.name, "1" if setup else "0"],
+            timeout=_STEP_TIMEOUT)
+        if done.returncode != 0 or not done.stdout.strip():
+            raise BoxFailure("unsupported-box", _unsupported(self.target, done.stderr))
+        prep: dict[str, Any] = json.loads(done.stdout)
+        if prep.get("problem"):
+            raise BoxFailure("unsupported-box", f"{self.target.label}: {prep['problem']}")
+        self.paths = {k: str(v) for k, v in prep["paths"].items()}
+        return prep
+
+    def _ship(self, prep: dict[str, Any]) -> str | None:
+        if prep["runner_sha256"] != self.plan.runner.sha256:
+            self.box.put(self.plan.runner.data, self.paths["runner"])
+        self.box.put(json.dumps(dict(self.plan.config_table)).encode(), self.paths["config"])
+        snap = self.plan.snap
+        has, haves = snapshot.box_haves(self.box, self.python, self.paths["cache_repo"],
+                                        snap.commit)
+        bundle = None if has else snapshot.build_bundle(snap, haves)
+        if bundle is not None:
+            self.box.put(bundle.data, self.paths["bundle"])
+        try:
+            got = snapshot.install(
+                self.box, self.python, cache_repo=self.paths["cache_repo"],
+                bundle_path=self.paths["bundle"] if bundle else None,
+                bundle_sha256=bundle.sha256 if bundle else None, commit=snap.commit,
+                dest=self.paths["src"])
+            snapshot.check_identity(snap, got, self.target.label)
+        except IntegrityError as exc:
+            raise BoxFailure("snapshot-integrity", str(exc)) from exc
+        return bundle.sha256 if bundle else None
+
+    def _setup_commands(self) -> list[str]:
+        extra = self.target.setup
+        return list(self.plan.setup if extra is None else extra)
+
+    def _setup(self, prep: dict[str, Any]) -> str:
+        commands = self._setup_commands()
+        if not commands:
+            if not prep["has_pytest"]:
+                raise BoxFailure("setup-failed", (
+                    f"{self.target.label}: {self.python} cannot import pytest; add "
+                    "setup = [\"pip install pytest\"] to [tool.charpin] (or the host's table)"))
+            return self.python
+        done = self.box.run(
+            [self.python, "-I", "-c", SETUP, self.paths["venvs"], self.paths["src"],
+             json.dumps(commands), str(self._deadline())],
+            timeout=self._deadline() + 30)
+        if done.returncode != 0 or done.timed_out:
+            raise BoxFailure("setup-failed", f"{self.target.label}: setup failed: "
+                             f"{_tail(done.stderr)}")
+        return str(json.loads(done.stdout)["python"])
+
+    def _deadline(self) -> float:
+        return float(self.target.timeout or self.plan.timeout)
+
+    def _receipt_argv(self, python: str, sha: str | None) -> list[str]:
+        p = self.paths
+        argv = [python, p["runner"], "receipt", "--repo", p["src"], "--label", self.target.folder,
+                "-o", p["receipt"], "--config-json", p["config"], "--run-id", self.plan.run_id,
+                "--expected-commit", self.plan.snap.commit, "--timeout", str(self._deadline()),
+                "-q"]
+        if sha:
+            argv += ["--snapshot-sha256", sha]
+        fingerprint = getattr(self.box, "host_key_fingerprint", None)
+        if fingerprint:
+            argv += ["--host-key-fingerprint", str(fingerprint)]
+            if getattr(self.box, "host_key_accepted_new", False):
+                argv.append("--host-key-accepted-new")
+        return argv
+
+    def _test(self, python: str, sha: str | None) -> None:
+        env = [f"{k}={v}" for k, v in sorted(self.target.env.items())]
+        launch = [self.python, "-I", "-c", LAUNCH, self.paths["run"], json.dumps(env),
+                  *self._receipt_argv(python, sha)]
+        done = self._step(launch, "starting the runner")
+        pid = int(done.stdout.strip())
+        ends = time.monotonic() + self._deadline() + GRACE_SECONDS
+        while not self._finished(pid):
+            if self.stop.is_set() or time.monotonic() > ends:
+                self.out.interrupted = self.stop.is_set()
+                self._step([self.python, "-I", "-c", KILL, str(pid), str(TERM_WAIT_SECONDS)],
+                           "killing the run", timeout=TERM_WAIT_SECONDS + 30)
+                return
+
+    def _finished(self, pid: int) -> bool:
+        done = self._step([self.python, "-I", "-c", WAIT, str(pid), str(_POLL_SECONDS)],
+                          "waiting for the runner", timeout=_POLL_SECONDS + 60)
+        return done.stdout.strip() == b"gone"
+
+    def _fetch(self) -> None:
+        self.out.stdout = self._get_log("stdout")
+        self.out.stderr = self._get_log("stderr")
+        try:
+            raw = self.box.get(self.paths["receipt"], max_bytes=MAX_RECEIPT_BYTES)
+        except (IntegrityError, OSError) as exc:
+            why = "interrupted before it wrote a receipt" if self.out.interrupted else (
+                f"the runner wrote no receipt ({_one_line(exc)}); its stderr: "
+                f"{_tail(self.out.stderr)}")
+            raise BoxFailure("interrupted" if self.out.interrupted else "runner-failed",
+                             f"{self.target.label}: {why}") from exc
+        self.out.raw_receipt = raw
+        self.out.receipt = _decode(raw, self.target.label)
+
+    def _get_log(self, name: str) -> bytes:
+        try:
+            return self.box.get(self.paths[name], max_bytes=MAX_LOG_BYTES)
+        except (IntegrityError, OSError) as exc:
+            return f"(charpin-remote: {name}.log not fetched: {_one_line(exc)})\n".encode()
+
+    def _step(self, argv: list[str], what: str, *, timeout: float = _STEP_TIMEOUT) -> Any:
+        done = self.box.run(argv, timeout=timeout)
+        if done.returncode != 0 or done.timed_out:
+            raise BoxFailure("runner-failed", f"{self.target.label}: {what} failed: "
+                             f"{_tail(done.stderr)}")
+        return done
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            self.out.interrupted = True
+            raise BoxFailure("interrupted", f"{self.target.label}: interrupted before the tests ran")
+
+
+def _decode(raw: bytes, label: str) -> Receipt:
+    """The one place receipts are decoded: strictly, as untrusted input."""
+    from charpin_coordinator.receipts import load_receipt  # noqa: PLC0415
+
+    try:
+        return load_receipt(raw, source=f"{label}:receipt.json", max_bytes=MAX_RECEIPT_BYTES)
+    except IntegrityError as exc:
+        raise BoxFailure("receipt-refused", str(exc)) from exc
+
+
+def _not_evaluated(label: str, kind: str, reason: str) -> NotEvaluated:
+    known = kind if kind in get_args(NotEvaluatedKind) else "runner-failed"
+    return NotEvaluated(label=label, kind=known, reason=reason)  # type: ignore[arg-type]
+
+
+def _kind_of(exc: BaseException) -> str:
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str):
+        return kind
+    if isinstance(exc, (TimeoutError, EOFError, ConnectionError)):
+        return "timeout" if isinstance(exc, TimeoutError) else "refused"
+    return "runner-failed"
+
+
+def _unsupported(target: BoxTarget, stderr: bytes) -> str:
+    return (f"{target.label}: {target.python} did not start ({_tail(stderr)}); install python3 "
+            ">= 3.9 or set python = \"/path/to/python3\" under [tool.charpin.hosts."
+            f"{shlex.quote(target.label)}]")
+
+
+def _close(box: Transport) -> None:
+    try:
+        box.close()
+    except Exception:  # noqa: BLE001, S110 - closing a dead connection is best effort
+        pass
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, CharpinError):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _tail(data: bytes, lines: int = 6) -> str:
+    text = data.decode("utf-8", "replace").strip().splitlines()
+    return " | ".join(line.strip() for line in text[-lines:]) or "(no output)"
+
+
+# Box-side scripts: stdlib only, Python >= 3.9, run as `python3 -I -c SCRIPT ARGS...`.
+
+PREP = r"""
+import hashlib, importlib.util, json, os, shutil, sys
+home, run_id, folder, repo_key, runner_name, need_venv = sys.argv[1:7]
+def report(problem="", **extra):
+    print(json.dumps(dict(problem=problem, **extra)))
+    sys.exit(0)
+if sys.version_info < (3, 9):
+    report("python %d.%d is too old; install python3 >= 3.9 or set python = \"/path/to/python3\""
+           % sys.version_info[:2])
+if need_venv == "1":
+    missing = [m for m in ("venv", "ensurepip") if importlib.util.find_spec(m) is None]
+    if missing:
+        report("%s lacks %s; install python3-venv (Debian/Ubuntu) or set python to an "
+               "interpreter that has it" % (sys.executable, " and ".join(missing)))
+if shutil.which("git") is None:
+    report("git is not installed on the box; install git")
+root = os.path.join(home, ".cache", "charpin")
+run = os.path.join(root, "runs", run_id, folder)
+for sub in ("runners", "repos", "venvs", os.path.join("runs", run_id)):
+    os.makedirs(os.path.join(root, sub), exist_ok=True)
+os.mkdir(run)  # a run folder is never reused
+runner = os.path.join(root, "runners", runner_name)
+sha = ""
+if os.path.isfile(runner):
+    with open(runner, "rb") as handle:
+        sha = hashlib.sha256(handle.read()).hexdigest()
+names = ("src", "config.json", "receipt.json", "stdout.log", "stderr.log", "pid", "snapshot.bundle")
+paths = {n.split(".")[0]: os.path.join(run, n) for n in names}
+paths.update(run=run, runner=runner, venvs=os.path.join(root, "venvs"),
+             cache_repo=os.path.join(root, "repos", repo_key + ".git"))
+report(paths=paths, runner_sha256=sha, has_pytest=importlib.util.find_spec("pytest") is not None,
+       python=sys.version.split()[0])
+"""
+
+SETUP = r"""
+import fcntl, glob, hashlib, json, os, shutil, subprocess, sys, time
+venvs, src, commands, deadline = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
+ends = time.monotonic() + deadline
+key = hashlib.sha256(sys.version.encode() + json.dumps(commands).encode())
+deps = ["pyproject.toml", "setup.cfg", "setup.py", "poetry.lock", "uv.lock"]
+deps += [os.path.basename(p) for p in glob.glob(os.path.join(src, "requirements*.txt"))]
+for name in sorted(set(deps)):
+    path = os.path.join(src, name)
+    if os.path.isfile(path):
+        with open(path, "rb") as handle:
+            key.update(name.encode() + b"\0" + handle.read() + b"\0")
+venv = os.path.join(venvs, key.hexdigest()[:20])
+python = os.path.join(venv, "bin", "python")
+with open(venv + ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # boxes sharing one home must not build one venv twice
+    cached = os.path.exists(os.path.join(venv, ".ok"))
+    if not cached:
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True, stdout=sys.stderr)
+        env = dict(os.environ, VIRTUAL_ENV=venv,
+                   PATH=os.path.join(venv, "bin") + os.pathsep + os.environ.get("PATH", ""))
+        for command in commands:
+            left = ends - time.monotonic()
+            done = subprocess.run(command, shell=True, cwd=src, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=max(left, 1))
+            if done.returncode != 0:
+                sys.stderr.write(done.stdout.decode("utf-8", "replace")[-2000:])
+                sys.exit("setup command %r exited %d" % (command, done.returncode))
+        open(os.path.join(venv, ".ok"), "w").close()
+print(json.dumps({"python": python, "cached": cached}))
+"""
+
+LAUNCH = r"""
+import json, os, subprocess, sys
+run, extra, argv = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+env = dict(os.environ)
+env.update(item.split("=", 1) for item in extra)
+with open(os.path.join(run, "stdout.log"), "wb") as out, \
+        open(os.path.join(run, "stderr.log"), "wb") as err:
+    proc = subprocess.Popen(argv, cwd=os.path.join(run, "src"), env=env, stdin=subprocess.DEVNULL,
+                            stdout=out, stderr=err, start_new_session=True)
+with open(os.path.join(run, "pid"), "w") as handle:
+    handle.write(str(proc.pid))
+print(proc.pid)
+"""
+
+WAIT = r"""
+import os, sys, time
+pid, seconds = int(sys.argv[1]), float(sys.argv[2])
+def gone():
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+ends = time.monotonic() + seconds
+while not gone() and time.monotonic() < ends:
+    time.sleep(0.05)
+print("gone" if gone() else "running")
+"""
+
+KILL = r"""
+import os, signal, sys, time
+pid, wait = int(sys.argv[1]), float(sys.argv[2])
+run = os.path.dirname(os.readlink("/proc/%d/cwd" % pid)) if os.path.exists("/proc/%d" % pid) else ""
+def alive():
+    try:
+        os.killpg(pid, 0)
+        return True
+    except OSError:
+        return False
+try:
+    os.killpg(pid, signal.SIGTERM)  # the runner stops its tests and writes a receipt
+except OSError:
+    pass
+ends = time.monotonic() + wait
+while alive() and time.monotonic() < ends:
+    time.sleep(0.1)
+try:
+    os.killpg(pid, signal.SIGKILL)
+except OSError:
+    pass
+# Anything else still working inside this run's folder (a test that escaped the group) goes too.
+if run:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cwd = os.readlink("/proc/%s/cwd" % entry)
+            except OSError:
+                continue
+            if cwd == run or cwd.startswith(run + os.sep):
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except OSError:
+                    pass
+"""
+
+CLEAN = r"""
+import os, shutil, sys
+run = sys.argv[1]
+shutil.rmtree(run, ignore_errors=True)
+try:
+    os.rmdir(os.path.dirname(run))  # runs/<run-id>, once the last box of this run is gone
+except OSError:
+    pass
+"""

@@ -1,0 +1,308 @@
+"""Coordinator side; may import msgspec and paramiko.config (file parsing only, never the network).
+
+Turns `--hosts a,b` into HostSpecs: `local` and `clean` are built in and never looked up; every
+other name is resolved through ssh_config (HostName, Port, User, IdentityFile, IdentitiesOnly,
+UserKnownHostsFile, GlobalKnownHostsFile, ProxyJump) and gets its `[tool.charpin.hosts.NAME]`
+extras. Host names are only ever looked up, never put into a shell.
+"""
+
+from __future__ import annotations
+
+import getpass
+import itertools
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+from charpin_runner.errors import EXIT_NOT_EVALUATED, CharpinError, ConfigError, UsageError
+from paramiko.config import SSHConfig
+
+BUILTIN_BOXES: Final = ("local", "clean")
+SYSTEM_SSH_CONFIG: Final = Path("/etc/ssh/ssh_config")
+DEFAULT_USER_KNOWN_HOSTS: Final = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+DEFAULT_GLOBAL_KNOWN_HOSTS: Final = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+MAX_JUMP_DEPTH: Final = 8
+
+BoxErrorKind = Literal["dns", "refused", "timeout", "auth", "host-key", "disconnected"]
+
+# Names whose values are credentials: they never cross to a box, whatever the allow-list says.
+_SECRET_PARTS: Final = (
+    "TOKEN", "SECRET", "PASSW", "KEY", "CREDENTIAL", "AUTH", "PRIVATE", "COOKIE"
+)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class BoxError(CharpinError):
+    """A box could not be reached or trusted; .kind says why (dns, refused, timeout, auth, ...)."""
+
+    exit_code = EXIT_NOT_EVALUATED
+
+    def __init__(self, host: str, kind: BoxErrorKind, message: str, *, attempts: int = 1):
+        super().__init__(f"{host}: {message}")
+        self.host = host
+        self.kind: BoxErrorKind = kind
+        self.attempts = attempts
+
+
+class HostExtras(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """`[tool.charpin.hosts.NAME]`: what one box needs beyond ssh_config."""
+
+    python: str | None = None
+    setup: list[str] | None = None  # replaces the repository-level setup commands
+    timeout: float | None = None  # per-box deadline in seconds
+    env: list[str] = msgspec.field(default_factory=list)  # coordinator env names to pass on
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One box, fully resolved. Built-in boxes have builtin=True and no SSH fields."""
+
+    name: str
+    hostname: str = ""
+    port: int = 22
+    user: str = ""
+    identity_files: tuple[str, ...] = ()
+    identities_only: bool = False
+    user_known_hosts: tuple[str, ...] = ()
+    global_known_hosts: tuple[str, ...] = ()
+    proxy_jump: tuple[HostSpec, ...] = ()
+    extras: HostExtras = field(default_factory=HostExtras)
+    builtin: bool = False
+
+    @property
+    def known_hosts_files(self) -> tuple[str, ...]:
+        """Every known_hosts file consulted, user files first."""
+        return self.user_known_hosts + self.global_known_hosts
+
+    @property
+    def endpoint(self) -> str:
+        """The address as known_hosts names it: host, or [host]:port off port 22."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def is_secret_name(name: str) -> bool:
+    """Tell whether an environment variable name looks like it holds a credential."""
+    upper = name.upper()
+    return any(part in upper for part in _SECRET_PARTS)
+
+
+def check_env_names(names: Sequence[str], *, where: str) -> None:
+    """Refuse env allow-list entries that are not names or look like secrets."""
+    for name in names:
+        if not _ENV_NAME.match(name):
+            raise ConfigError(
+                f"{name!r} is not an environment variable name - at `{where}`; "
+                "use letters, digits and _"
+            )
+        if is_secret_name(name):
+            raise ConfigError(
+                f"{name} looks like a secret - at `{where}`; charpin never sends credentials "
+                "to boxes: remove it from the allow-list"
+            )
+
+
+def decode_host_extras(
+    table: Mapping[str, Any] | None, path: str = "$.tool.charpin.hosts"
+) -> dict[str, HostExtras]:
+    """Validate `[tool.charpin.hosts]` strictly; errors name the `$.path` of the bad value."""
+    try:
+        extras = msgspec.convert(table or {}, dict[str, HostExtras])
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        if "- at `$" in message:
+            message = message.replace("- at `$", f"- at `{path}", 1)
+        else:
+            message = f"{message} - at `{path}`"
+        raise ConfigError(f"{message}; fix that value in pyproject.toml") from None
+    for name, extra in extras.items():
+        check_env_names(extra.env, where=f"{path}.{name}.env")
+        if extra.timeout is not None and extra.timeout <= 0:
+            raise ConfigError(
+                f"timeout must be a positive number of seconds - at `{path}.{name}.timeout`"
+            )
+    return extras
+
+
+def parse_host_list(value: str) -> list[str]:
+    """Split `--hosts a,b`; refuse empty and duplicate names."""
+    names = [part.strip() for part in value.split(",")]
+    if not value.strip() or any(not name for name in names):
+        raise UsageError(f"--hosts {value!r} has an empty name; give names like --hosts ci,clean")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise UsageError(f"--hosts names {name!r} twice; give each box once")
+        seen.add(name)
+    return names
+
+
+def ssh_config_files(ssh_config: Path | None) -> list[Path]:
+    """The ssh_config files consulted: --ssh-config alone (like `ssh -F`), else user + system."""
+    if ssh_config is not None:
+        return [ssh_config]
+    return [Path.home() / ".ssh" / "config", SYSTEM_SSH_CONFIG]
+
+
+def resolve_hosts(
+    names: Sequence[str],
+    *,
+    ssh_config: Path | None = None,
+    extras: Mapping[str, HostExtras] | None = None,
+) -> list[HostSpec]:
+    """Resolve box names in order; built-ins come back as HostSpec(builtin=True) for the caller.
+
+    Raises UsageError for a name no ssh_config `Host` block matches (a bare `*` does not count)
+    and ConfigError for an unreadable config file.
+    """
+    extras = extras or {}
+    if ssh_config is not None and not ssh_config.is_file():
+        raise UsageError(f"--ssh-config {ssh_config}: no such file; give an existing ssh_config")
+    files = ssh_config_files(ssh_config)
+    config, patterns = _load(files)
+    specs = []
+    for name in names:
+        extra = extras.get(name, HostExtras())
+        if name in BUILTIN_BOXES:
+            specs.append(HostSpec(name=name, builtin=True, extras=extra))
+            continue
+        if not _named_in(name, patterns):
+            searched = ", ".join(str(f) for f in files)
+            raise UsageError(
+                f"unknown host {name!r}: no Host block matches it in {searched}; add "
+                f"`Host {name}` with a HostName there, or pass --ssh-config FILE"
+            )
+        specs.append(_resolve(config, name, extra=extra, stack=()))
+    return specs
+
+
+def _load(files: Sequence[Path]) -> tuple[SSHConfig, list[str]]:
+    config = SSHConfig()
+    patterns: list[str] = []
+    for path in files:
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read ssh config {path}: {exc.strerror}; fix its permissions"
+            ) from None
+        try:
+            # paramiko keeps "first value wins" across files when they go into one object
+            config.parse(text.splitlines())
+        except Exception as exc:  # paramiko raises ConfigParseError or plain ValueErrors
+            raise ConfigError(f"ssh config {path} is not valid: {exc}; fix that line") from None
+        patterns.extend(_host_patterns(text))
+    return config, patterns
+
+
+def _host_patterns(text: str) -> list[str]:
+    """Patterns of `Host` lines and `Match host` criteria, as written."""
+    found: list[str] = []
+    for line in text.splitlines():
+        match = re.match(r"\s*(host|match)(?:\s*=\s*|\s+)(.+)", line, re.IGNORECASE)
+        if not match:
+            continue
+        try:
+            words = shlex.split(match.group(2))
+        except ValueError:
+            continue
+        if match.group(1).lower() == "host":
+            found.extend(words)
+            continue
+        for key, value in itertools.pairwise(words):
+            if key.lower() in ("host", "originalhost"):
+                found.extend(value.split(","))
+    return found
+
+
+def _named_in(name: str, patterns: Sequence[str]) -> bool:
+    for pattern in patterns:
+        if pattern == "*" or pattern.startswith("!"):
+            continue
+        if fnmatchcase(name, pattern):
+            return True
+    return False
+
+
+def _resolve(
+    config: SSHConfig,
+    name: str,
+    *,
+    extra: HostExtras,
+    stack: tuple[str, ...],
+    user: str | None = None,
+    port: int | None = None,
+) -> HostSpec:
+    if name in stack or len(stack) >= MAX_JUMP_DEPTH:
+        chain = " -> ".join((*stack, name))
+        raise ConfigError(f"ProxyJump loops or nests too deep ({chain}); fix the ssh config")
+    opts = config.lookup(name)
+    hostname = str(opts.get("hostname", name))
+    try:
+        resolved_port = port or int(opts.get("port", 22))
+    except ValueError:
+        raise ConfigError(f"Port {opts.get('port')!r} for {name} is not a number") from None
+    jumps: list[HostSpec] = []
+    raw_jump = opts.get("proxyjump")
+    if raw_jump and str(raw_jump).lower() != "none":
+        for hop in str(raw_jump).split(","):
+            hop_user, hop_host, hop_port = _split_hop(hop.strip(), owner=name)
+            jumps.append(
+                _resolve(
+                    config,
+                    hop_host,
+                    extra=HostExtras(),
+                    stack=(*stack, name),
+                    user=hop_user,
+                    port=hop_port,
+                )
+            )
+    return HostSpec(
+        name=name,
+        hostname=hostname,
+        port=resolved_port,
+        user=user or str(opts.get("user") or _local_user()),
+        identity_files=tuple(str(Path(p).expanduser()) for p in opts.get("identityfile", [])),
+        identities_only=str(opts.get("identitiesonly", "no")).lower() == "yes",
+        user_known_hosts=_files(opts.get("userknownhostsfile"), DEFAULT_USER_KNOWN_HOSTS),
+        global_known_hosts=_files(opts.get("globalknownhostsfile"), DEFAULT_GLOBAL_KNOWN_HOSTS),
+        proxy_jump=tuple(jumps),
+        extras=extra,
+    )
+
+
+def _split_hop(hop: str, *, owner: str) -> tuple[str | None, str, int | None]:
+    """Parse one ProxyJump entry: [user@]host[:port] or ssh://[user@]host[:port]."""
+    rest = hop.removeprefix("ssh://")
+    user, _, hostport = rest.rpartition("@")
+    host, port = hostport, None
+    if hostport.startswith("["):  # [v6addr]:port
+        host, _, tail = hostport[1:].partition("]")
+        port = tail.removeprefix(":") or None
+    elif hostport.count(":") == 1:
+        host, port = hostport.split(":")
+    if not host:
+        raise ConfigError(f"ProxyJump {hop!r} for {owner} names no host; fix the ssh config")
+    try:
+        number = int(port) if port else None
+    except ValueError:
+        raise ConfigError(
+            f"ProxyJump {hop!r} for {owner} has a bad port; fix the ssh config"
+        ) from None
+    return user or None, host, number
+
+
+def _files(value: object, default: tuple[str, ...]) -> tuple[str, ...]:
+    # OpenSSH semantics: a configured list replaces the defaults; "none" means no file at all
+    words = shlex.split(str(value)) if value else list(default)
+    return tuple(str(Path(w).expanduser()) for w in words if w.lower() != "none")
+
+
+def _local_user() -> str:
+    return getpass.getuser()

@@ -1,0 +1,269 @@
+"""Coordinator side; may import rich and msgspec. DriftReport -> text, Markdown, JSON.
+
+Text uses rich tables on a terminal and plain aligned lines when piped; Markdown is fit for a PR
+comment or a CI step summary; JSON is the report itself (the source of truth). Long matrices and
+diffs are capped in text and Markdown (the JSON keeps everything).
+"""
+
+from __future__ import annotations
+
+import io
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from charpin_coordinator.report import GATES, Dimension, DriftReport
+
+MAX_ROWS = 50
+MAX_DIFF_LINES = 200
+_STYLE = {"PASS": "green", "FAIL": "bold red", "INCOMPLETE": "yellow"}
+
+
+def encode_json(report: DriftReport) -> bytes:
+    """The report as indented JSON (what `--json` prints and drift.json holds)."""
+    return msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n"
+
+
+def _labels(report: DriftReport) -> list[str]:
+    return [box.label for box in report.boxes]
+
+
+def _gate_cell(report: DriftReport, gate: str, box: str) -> str:
+    for result in report.gates:
+        if result.gate == gate and result.box == box:
+            return result.status
+    return "-"
+
+
+def _header(report: DriftReport) -> str:
+    commit = (report.expected_commit or "unknown")[:12]
+    return (
+        f"charpin drift · {len(report.boxes)} evaluated box(es) · baseline "
+        f"{report.baseline or 'none'} · commit {commit}"
+    )
+
+
+def _box_line(report: DriftReport, index: int) -> str:
+    box = report.boxes[index]
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items())) or "no outcomes"
+    return (
+        f"{box.label}: commit {box.commit[:12]} · {box.interpretation} (exit {box.exit_status}) · "
+        f"collected {box.collected} · executed {box.executed} · {counts}"
+    )
+
+
+def _groups_lines(report: DriftReport) -> list[str]:
+    lines = [f"{', '.join(g)}: identical" for g in report.groups if len(g) > 1]
+    if len(report.groups) > 1:
+        lines.append(f"{len(report.groups)} distinct receipts")
+    return lines
+
+
+def _diff_lines(diff: str) -> list[str]:
+    lines = diff.splitlines()
+    if len(lines) > MAX_DIFF_LINES:
+        extra = len(lines) - MAX_DIFF_LINES
+        lines = [*lines[:MAX_DIFF_LINES], f"... {extra} more diff lines in drift.json"]
+    return lines
+
+
+def _failing(report: DriftReport) -> list[str]:
+    lines = []
+    for result in report.gates:
+        if result.status != "PASS":
+            lines.append(f"{result.gate} · {result.box} · {result.status}: {result.detail}")
+            lines.append(f"    action: {result.action}")
+    return lines
+
+
+def _footer(report: DriftReport) -> list[str]:
+    lines = [f"vacuous: {reason}" for reason in report.vacuous_reasons]
+    bits = "; ".join(report.exit_bits) or "clean"
+    lines.append(f"exit {report.exit_code} ({bits})")
+    return lines
+
+
+def render_text(report: DriftReport, *, color: bool) -> str:
+    """Human report: rich tables when color (a terminal), plain aligned text otherwise."""
+    if color:
+        return _render_rich(report)
+    return _render_plain(report)
+
+
+def _render_plain(report: DriftReport) -> str:
+    out = [_header(report), "", "boxes"]
+    out += [f"  {_box_line(report, i)}" for i in range(len(report.boxes))]
+    out += [f"  {line}" for line in _groups_lines(report)]
+    for miss in report.not_evaluated:
+        out.append(f"  {miss.label}: NOT EVALUATED ({miss.kind}): {miss.reason}")
+    out += ["", "drift" if report.dimensions else "drift: none"]
+    for dim in report.dimensions:
+        out.extend(_plain_dimension(dim, _labels(report)))
+    out += ["", "gates"]
+    labels = _labels(report)
+    width = max([len(g) for g in GATES] + [4])
+    widths = [max(len(label), 10) for label in labels]
+    out.append(
+        "  "
+        + "gate".ljust(width)
+        + "  "
+        + "  ".join(lb.ljust(w) for lb, w in zip(labels, widths, strict=False))
+    )
+    for gate in GATES:
+        cells = [
+            _gate_cell(report, gate, lb).ljust(w) for lb, w in zip(labels, widths, strict=False)
+        ]
+        out.append("  " + gate.ljust(width) + "  " + "  ".join(cells))
+    failing = _failing(report)
+    if failing:
+        out += ["", "blocking"] + [f"  {line}" for line in failing]
+    out += ["", *_footer(report)]
+    return "\n".join(line.rstrip() for line in out) + "\n"
+
+
+def _plain_dimension(dim: Dimension, labels: list[str]) -> list[str]:
+    tag = "" if dim.gating else " (informational)"
+    out = [f"  [{dim.name}]{tag} {dim.summary}"]
+    out += [f"    {d}" for d in dim.details[:MAX_ROWS]]
+    if len(dim.details) > MAX_ROWS:
+        out.append(f"    ... {len(dim.details) - MAX_ROWS} more in drift.json")
+    if dim.diff:
+        out += [f"    {line}" for line in _diff_lines(dim.diff)]
+    if dim.matrix:
+        rows = dim.matrix[:MAX_ROWS]
+        width = max(len(row.item) for row in rows)
+        cols = [max([len(lb)] + [len(row.values.get(lb, "-")) for row in rows]) for lb in labels]
+        out.append(
+            "    "
+            + "item".ljust(width)
+            + "  "
+            + "  ".join(lb.ljust(w) for lb, w in zip(labels, cols, strict=False))
+        )
+        for row in rows:
+            cells = "  ".join(
+                row.values.get(lb, "-").ljust(w) for lb, w in zip(labels, cols, strict=False)
+            )
+            out.append(f"    {row.item.ljust(width)}  {cells}")
+        if len(dim.matrix) > MAX_ROWS:
+            out.append(f"    ... {len(dim.matrix) - MAX_ROWS} more rows in drift.json")
+    return out
+
+
+def _render_rich(report: DriftReport) -> str:
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, force_terminal=True, width=120, color_system="standard", highlight=False
+    )
+    console.print(Text(_header(report), style="bold"))
+    boxes = Table(title="boxes", title_justify="left")
+    for column in ("box", "commit", "result", "collected", "executed", "outcomes", "group"):
+        boxes.add_column(column)
+    for box in report.boxes:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items()))
+        boxes.add_row(
+            box.label,
+            box.commit[:12],
+            f"{box.interpretation} ({box.exit_status})",
+            str(box.collected),
+            str(box.executed),
+            counts,
+            str(box.group + 1),
+        )
+    for miss in report.not_evaluated:
+        boxes.add_row(
+            miss.label,
+            "",
+            Text(f"NOT EVALUATED ({miss.kind})", style="bold red"),
+            "",
+            "",
+            miss.reason,
+            "",
+        )
+    console.print(boxes)
+    for line in _groups_lines(report):
+        console.print(line)
+    for dim in report.dimensions:
+        console.print(Text(f"[{dim.name}] {dim.summary}", style="bold" if dim.gating else "dim"))
+        for line in _plain_dimension(dim, _labels(report))[1:]:
+            console.print(Text(line))
+    gates = Table(title="gates", title_justify="left")
+    gates.add_column("gate")
+    for label in _labels(report):
+        gates.add_column(label)
+    for gate in GATES:
+        cells = [_gate_cell(report, gate, lb) for lb in _labels(report)]
+        gates.add_row(gate, *(Text(c, style=_STYLE.get(c, "")) for c in cells))
+    console.print(gates)
+    for line in _failing(report):
+        console.print(Text(line))
+    for line in _footer(report):
+        console.print(Text(line, style="bold"))
+    return buffer.getvalue()
+
+
+def render_markdown(report: DriftReport) -> str:
+    """Markdown for a PR comment or `$GITHUB_STEP_SUMMARY`."""
+    labels = _labels(report)
+    out = [f"## {_header(report)}", ""]
+    out += [
+        "| box | commit | result | collected | executed | outcomes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for box in report.boxes:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items()))
+        out.append(
+            f"| {_md(box.label)} | `{box.commit[:12]}` | {box.interpretation} ({box.exit_status}) "
+            f"| {box.collected} | {box.executed} | {counts} |"
+        )
+    for miss in report.not_evaluated:
+        out.append(
+            f"| {_md(miss.label)} | | **NOT EVALUATED** ({miss.kind}) | | | {_md(miss.reason)} |"
+        )
+    out += [""] + [f"- {_md(line)}" for line in _groups_lines(report)]
+    out += ["", "### Gates", "", "| gate | " + " | ".join(_md(lb) for lb in labels) + " |"]
+    out.append("|---|" + "---|" * len(labels))
+    for gate in GATES:
+        cells = [_md_status(_gate_cell(report, gate, lb)) for lb in labels]
+        out.append(f"| {gate} | " + " | ".join(cells) + " |")
+    failing = [g for g in report.gates if g.status != "PASS"]
+    if failing:
+        out += ["", "### What blocks", ""]
+        for g in failing:
+            out.append(f"- **{g.gate}** on `{_md(g.box)}` ({g.status}): {_md(g.detail)}  ")
+            out.append(f"  *Action:* {_md(g.action)}")
+    if report.dimensions:
+        out += ["", "### Drift", ""]
+        for dim in report.dimensions:
+            out.extend(_md_dimension(dim, labels))
+    out += [""] + [f"> {_md(line)}" for line in _footer(report)]
+    return "\n".join(out) + "\n"
+
+
+def _md_dimension(dim: Dimension, labels: list[str]) -> list[str]:
+    tag = "" if dim.gating else " *(informational)*"
+    out = [f"#### {dim.name}{tag}: {_md(dim.summary)}", ""]
+    out += [f"- {_md(d)}" for d in dim.details[:MAX_ROWS]]
+    if len(dim.details) > MAX_ROWS:
+        out.append(f"- … {len(dim.details) - MAX_ROWS} more in drift.json")
+    if dim.diff:
+        out += ["", "```diff", *_diff_lines(dim.diff), "```"]
+    if dim.matrix:
+        out += ["", "| item | " + " | ".join(_md(lb) for lb in labels) + " |"]
+        out.append("|---|" + "---|" * len(labels))
+        for row in dim.matrix[:MAX_ROWS]:
+            cells = " | ".join(_md(row.values.get(lb, "-")) for lb in labels)
+            out.append(f"| `{_md(row.item)}` | {cells} |")
+        if len(dim.matrix) > MAX_ROWS:
+            out.append(f"\n… {len(dim.matrix) - MAX_ROWS} more rows in drift.json")
+    out.append("")
+    return out
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_status(status: str) -> str:
+    return {"PASS": "✅ PASS", "FAIL": "❌ FAIL", "INCOMPLETE": "⚠️ INCOMPLETE"}.get(status, status)

@@ -1,0 +1,119 @@
+"""Coordinator side; may import msgspec. The drift report: the JSON source of truth, as Structs.
+
+Every renderer (text, Markdown, JUnit) reads a DriftReport; `--json` prints it as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+REPORT_VERSION = 1
+
+GateName = Literal[
+    "Identity",
+    "Clean tree",
+    "Fixture integrity",
+    "Collection parity",
+    "Quarantine",
+    "Completeness",
+    "Pin replay",
+]
+GATES: tuple[GateName, ...] = (
+    "Identity",
+    "Clean tree",
+    "Fixture integrity",
+    "Collection parity",
+    "Quarantine",
+    "Completeness",
+    "Pin replay",
+)
+GateStatus = Literal["PASS", "FAIL", "INCOMPLETE"]
+NotEvaluatedKind = Literal[
+    "dns",
+    "refused",
+    "timeout",
+    "auth",
+    "host-key",
+    "setup-failed",
+    "runner-failed",
+    "receipt-refused",
+    "interrupted",
+    "snapshot-integrity",
+    "unsupported-box",
+]
+
+
+class Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=False, kw_only=True):
+    """Report records: closed field lists, so a typo in a consumer's fixture is caught."""
+
+
+class NotEvaluated(Base):
+    """A requested box that produced no usable receipt, and why."""
+
+    label: str
+    kind: NotEvaluatedKind
+    reason: str
+
+
+class BoxSummary(Base):
+    """One evaluated box at a glance."""
+
+    label: str
+    run_id: str
+    commit: str
+    interpretation: str
+    exit_status: int
+    collected: int
+    executed: int
+    counts: dict[str, int]
+    group: int
+    python: str
+    platform: str
+
+
+class GateResult(Base):
+    """One gate for one box."""
+
+    gate: GateName
+    box: str
+    status: GateStatus
+    detail: str
+    action: str
+
+
+class MatrixRow(Base):
+    """One test (or pin) whose result differs between boxes: box label -> value."""
+
+    item: str
+    values: dict[str, str]
+
+
+class Dimension(Base):
+    """Drift along one dimension. gating=False means informational (environment)."""
+
+    name: str
+    gating: bool
+    summary: str
+    boxes: list[str]
+    details: list[str]
+    diff: str = ""
+    matrix: list[MatrixRow] = msgspec.field(default_factory=list)
+
+
+class DriftReport(Base):
+    """Everything `compare` and `run` conclude from a set of receipts."""
+
+    baseline: str | None
+    expected_commit: str | None
+    boxes: list[BoxSummary]
+    not_evaluated: list[NotEvaluated]
+    groups: list[list[str]]
+    dimensions: list[Dimension]
+    gates: list[GateResult]
+    vacuous: bool
+    vacuous_reasons: list[str]
+    exit_code: int
+    exit_bits: list[str]
+    version: int = REPORT_VERSION

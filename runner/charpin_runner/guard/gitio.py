@@ -1,0 +1,109 @@
+"""The few git questions the guard asks. Runs on any box; stdlib only (git from PATH).
+
+Every call passes an argv list (no shell) and `-z` output where paths appear, so names with
+spaces, quotes or newlines arrive intact.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from charpin_runner.errors import RunError, UsageError
+
+INDEX = ":"  # pseudo revision: the staged version of a file (`git show :path`)
+_TIMEOUT = 120.0
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args],
+            capture_output=True,
+            timeout=_TIMEOUT,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise RunError("git is not on PATH; install git or fix PATH") from None
+    except subprocess.TimeoutExpired:
+        raise RunError(f"git {args[0]} took longer than {_TIMEOUT:.0f}s; retry") from None
+    if check and done.returncode != 0:
+        first = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = first[0] if first else f"exit {done.returncode}"
+        raise UsageError(f"git {' '.join(args[:2])} failed in {repo}: {reason}")
+    return done
+
+
+def toplevel(path: Path) -> Path:
+    """The work tree root containing path; a clear error outside a repository."""
+    done = _git(path, "rev-parse", "--show-toplevel", check=False)
+    if done.returncode != 0:
+        raise UsageError(f"{path} is not inside a git work tree; run charpin guard in a repository")
+    return Path(done.stdout.decode("utf-8").strip())
+
+
+def has_head(repo: Path) -> bool:
+    """False on an unborn branch (before the first commit)."""
+    return _git(repo, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode == 0
+
+
+def staged_paths(repo: Path) -> list[str]:
+    """Paths the index changes against HEAD; a rename contributes both names."""
+    out = _git(repo, "diff", "--cached", "--name-status", "-z", "-M", "--no-ext-diff").stdout
+    return _parse_name_status(out)
+
+
+def commit_paths(repo: Path, commit: str, parent: str | None) -> list[str]:
+    """Paths a commit changes against one parent (or against nothing for a root commit)."""
+    if parent is None:
+        args = ["diff-tree", "--root", "-r", "-z", "-M", "--name-status", "--no-commit-id", commit]
+    else:
+        args = ["diff-tree", "-r", "-z", "-M", "--name-status", "--no-commit-id", parent, commit]
+    return _parse_name_status(_git(repo, *args).stdout)
+
+
+def _parse_name_status(out: bytes) -> list[str]:
+    """`-z --name-status`: STATUS NUL path NUL, with a second path for renames and copies."""
+    fields = out.decode("utf-8", "surrogateescape").split("\0")
+    paths: list[str] = []
+    index = 0
+    while index < len(fields) and fields[index]:
+        status = fields[index]
+        width = 2 if status[:1] in ("R", "C") else 1
+        paths.extend(fields[index + 1 : index + 1 + width])
+        index += 1 + width
+    return sorted(set(paths))
+
+
+def rev_list(repo: Path, spec: str) -> list[str]:
+    """Commits in REV..REV, oldest first."""
+    if spec.startswith("-") or ".." not in spec:
+        raise UsageError(f"--range {spec!r}: expected REV..REV, e.g. origin/main..HEAD")
+    out = _git(repo, "rev-list", "--reverse", spec, "--").stdout.decode("utf-8")
+    return out.split()
+
+
+def parents(repo: Path, commit: str) -> list[str]:
+    """The commit's parents, first parent first."""
+    out = _git(repo, "rev-list", "--parents", "-n", "1", commit, "--").stdout.decode("utf-8")
+    return out.split()[1:]
+
+
+def subject(repo: Path, commit: str) -> str:
+    """The first line of a commit message."""
+    out = _git(repo, "log", "-1", "--format=%s", commit, "--").stdout
+    return out.decode("utf-8", "replace").strip()
+
+
+def show(repo: Path, rev: str, path: str) -> bytes | None:
+    """A file's bytes at rev (INDEX for the staged copy); None when it does not exist there."""
+    spec = f":{path}" if rev == INDEX else f"{rev}:{path}"
+    done = _git(repo, "show", spec, check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
+def hooks_dir(repo: Path) -> Path:
+    """Where git looks for hooks, honouring core.hooksPath."""
+    out = _git(repo, "rev-parse", "--git-path", "hooks").stdout.decode("utf-8").strip()
+    path = Path(out)
+    return path if path.is_absolute() else repo / path

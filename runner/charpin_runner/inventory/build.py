@@ -1,0 +1,176 @@
+"""Build the inventory of a working tree: walk, scan, resolve, join with pins. Stdlib only.
+
+An entry's env keys and import-time effects cover its own module and every module of the repository
+it imports (statically, transitively), because a script's behaviour usually hides in a config
+module it imports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from charpin_runner import config as charpin_config
+from charpin_runner.config import CharpinConfig
+from charpin_runner.inventory.model import Entry, Inventory, sort_entries
+from charpin_runner.inventory.pinned import read_targets
+from charpin_runner.inventory.scan import ModuleFacts, scan_module
+from charpin_runner.inventory.scripts import Script, find_scripts
+
+SKIP_DIRS = frozenset(
+    {".git", ".venv", "venv", "node_modules", "__pycache__", ".charpin", "build", "dist"}
+)
+MAX_SOURCE_BYTES = 4 * 1024 * 1024  # generated monsters are not entry points
+
+
+def load_config(repo: Path) -> tuple[CharpinConfig, list[str]]:
+    """`[tool.charpin]`, or the defaults with a note where this Python cannot read TOML."""
+    if sys.version_info < (3, 11) and (repo / "pyproject.toml").is_file():
+        note = "pyproject.toml: [tool.charpin] not read (no tomllib before 3.11); defaults used"
+        return CharpinConfig(), [note]
+    return charpin_config.load(repo), []
+
+
+def build_inventory(repo: Path, cfg: CharpinConfig) -> Inventory:
+    """Everything runnable in repo, with env reads, import-time effects and pin coverage."""
+    modules, notes = _scan_tree(repo)
+    scripts, script_notes = find_scripts(repo)
+    by_name = {m.dotted: m for m in modules}
+    entries = _main_entries(modules) + [_script_entry(s, by_name, modules) for s in scripts]
+    entries = [_with_reads(e, by_name) for e in entries]
+    targets, pin_notes = read_targets(repo, cfg.pins.file, cfg.pins.cases)
+    entries = [replace(e, pinned=targets.targets(e)) for e in entries]
+    return Inventory(entries=sort_entries(entries), notes=sorted(notes + script_notes + pin_notes))
+
+
+def _walk(repo: Path) -> Iterator[tuple[str, Path]]:
+    for top, dirs, files in os.walk(repo):
+        dirs[:] = sorted(d for d in dirs if not _skipped(d))
+        for name in sorted(files):
+            path = Path(top) / name
+            if name.endswith(".py") and not path.is_symlink():
+                yield path.relative_to(repo).as_posix(), path
+
+
+def _skipped(dirname: str) -> bool:
+    return (
+        dirname in SKIP_DIRS
+        or dirname.startswith(".")
+        or dirname in ("site-packages", "dist-packages")
+        or dirname.endswith(".egg-info")
+    )
+
+
+def _scan_tree(repo: Path) -> tuple[list[ModuleFacts], list[str]]:
+    modules: list[ModuleFacts] = []
+    notes: list[str] = []
+    for rel, path in _walk(repo):
+        try:
+            if path.stat().st_size > MAX_SOURCE_BYTES:
+                notes.append(f"{rel}: skipped (larger than {MAX_SOURCE_BYTES} bytes)")
+                continue
+            modules.append(scan_module(path.read_bytes(), rel, _dotted(repo, path)))
+        except SyntaxError as exc:
+            notes.append(f"{rel}: not parsed (SyntaxError at line {exc.lineno}: {exc.msg})")
+        except (ValueError, RecursionError, OSError) as exc:
+            notes.append(f"{rel}: not parsed ({type(exc).__name__}: {exc})")
+    return modules, notes
+
+
+def _dotted(repo: Path, path: Path) -> str:
+    """The import name: climb while the folder is a package (has __init__.py)."""
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while folder != repo and (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if path.name == "__main__.py" and len(parts) == 1 and folder != repo:
+        parts.insert(0, path.parent.name)  # namespace package: `python -m pkg` still works
+    return ".".join(parts)
+
+
+def _main_entries(modules: list[ModuleFacts]) -> list[Entry]:
+    entries: list[Entry] = []
+    for module in modules:
+        if module.path.endswith("__main__.py") or module.path == "__main__.py":
+            package = module.dotted.rpartition(".")[0] or module.dotted
+            entries.append(Entry("main-module", package, module.path, 1, source=module.path))
+        elif module.main_line is not None:
+            entries.append(
+                Entry(
+                    "main-block",
+                    module.path,
+                    module.path,
+                    module.main_line,
+                    target=module.dotted,
+                    source=module.path,
+                )
+            )
+    return entries
+
+
+def _script_entry(
+    script: Script, by_name: dict[str, ModuleFacts], mods: list[ModuleFacts]
+) -> Entry:
+    module_name = script.target.partition(":")[0].strip()
+    facts = by_name.get(module_name) or _by_suffix(module_name, mods)
+    return Entry(
+        "console-script",
+        script.name,
+        script.file,
+        script.line,
+        target=script.target.replace(" ", ""),
+        source=facts.path if facts else "",
+    )
+
+
+def _by_suffix(module_name: str, modules: list[ModuleFacts]) -> ModuleFacts | None:
+    """Namespace packages have no __init__.py chain; match the path's tail when it is unique."""
+    tails = (module_name.replace(".", "/") + ".py", module_name.replace(".", "/") + "/__init__.py")
+    hits = [m for m in modules if m.path.endswith(tails) or m.path in tails]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _with_reads(entry: Entry, by_name: dict[str, ModuleFacts]) -> Entry:
+    by_path = {m.path: m for m in by_name.values()}
+    start = by_path.get(entry.source)
+    if start is None:
+        return entry
+    closure = _closure(start, by_name)
+    env = sorted(set().union(*(m.env for m in closure)))
+    effects = sorted(
+        {f for m in closure for f in m.effects}, key=lambda e: (e.file, e.line, e.kind, e.detail)
+    )
+    dynamic = sum(m.dynamic_env for m in closure)
+    return replace(entry, env=env, dynamic_env=dynamic, effects=effects)
+
+
+def _closure(start: ModuleFacts, by_name: dict[str, ModuleFacts]) -> list[ModuleFacts]:
+    seen: dict[str, ModuleFacts] = {start.path: start}
+    queue = [start]
+    while queue:
+        module = queue.pop()
+        for name in _resolve_imports(module, by_name):
+            found = by_name[name]
+            if found.path not in seen:
+                seen[found.path] = found
+                queue.append(found)
+    return [seen[p] for p in sorted(seen)]
+
+
+def _resolve_imports(module: ModuleFacts, by_name: dict[str, ModuleFacts]) -> set[str]:
+    """Repository modules named by this module's imports, parents included (they run first)."""
+    is_package = module.path.endswith("__init__.py")
+    package = module.dotted if is_package else module.dotted.rpartition(".")[0]
+    names: set[str] = set()
+    for name, level in module.imports:
+        if level:
+            base = package.split(".") if package else []
+            base = base[: len(base) - (level - 1)] if level > 1 else base
+            name = ".".join([*base, name] if name else base)
+        parts = name.split(".")
+        names.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return {n for n in names if n in by_name}

@@ -1,0 +1,146 @@
+"""Compare a golden observation with a replay, byte for byte, and classify the drift. Stdlib only.
+
+Nothing is decoded on the comparison path; text is decoded only to render diffs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+from charpin_runner.pins.model import Observation
+
+EXIT_CODE = "exit-code"
+STDOUT = "stdout"
+STDERR = "stderr"
+WHITESPACE = "whitespace"
+FILE_SET = "file-set"
+FILE_CONTENT = "file-content"
+FILE_MODE = "file-mode"
+ENV_READ = "env-read"
+NORMALISATION_COUNT = "normalisation-count"
+WRITE_OUTSIDE = "write-outside-output"
+TIMEOUT = "timeout"
+ERROR = "error"
+
+# Most specific first: the primary class of a failure is the first of these that applies.
+PRIORITY = (
+    ERROR,
+    TIMEOUT,
+    WRITE_OUTSIDE,
+    EXIT_CODE,
+    FILE_SET,
+    ENV_READ,
+    NORMALISATION_COUNT,
+    STDOUT,
+    STDERR,
+    WHITESPACE,
+    FILE_CONTENT,
+    FILE_MODE,
+)
+
+_SPACE = re.compile(rb"\s+")
+
+Comparator = Callable[[Observation, Observation], List[str]]
+
+
+def primary(classes: List[str]) -> Optional[str]:
+    """The most specific class of a failure, or None when there is none."""
+    for name in PRIORITY:
+        if name in classes:
+            return name
+    return None
+
+
+def _stream_class(golden: bytes, actual: bytes, name: str) -> Optional[str]:
+    if golden == actual:
+        return None
+    if _SPACE.sub(b"", golden) == _SPACE.sub(b"", actual):
+        return WHITESPACE
+    return name
+
+
+def compare(golden: Observation, actual: Observation, modes: bool = True) -> List[str]:
+    """Every failure class that applies, in PRIORITY order; empty means identical."""
+    found = set()
+    if golden.exit_code != actual.exit_code:
+        found.add(EXIT_CODE)
+    for name, want, got in ((STDOUT, golden.stdout, actual.stdout), (STDERR, golden.stderr, actual.stderr)):
+        kind = _stream_class(want, got, name)
+        if kind is not None:
+            found.add(kind)
+    if set(golden.files) != set(actual.files):
+        found.add(FILE_SET)
+    for path in set(golden.files) & set(actual.files):
+        if golden.files[path].sha256 != actual.files[path].sha256:
+            found.add(FILE_CONTENT)
+        if modes and golden.files[path].mode != actual.files[path].mode:
+            found.add(FILE_MODE)
+    if golden.env_read != actual.env_read:
+        found.add(ENV_READ)
+    if golden.norm_counts != actual.norm_counts:
+        found.add(NORMALISATION_COUNT)
+    return [name for name in PRIORITY if name in found]
+
+
+def _lines(data: bytes) -> List[str]:
+    text = data.decode("utf-8", "backslashreplace")
+    lines = text.splitlines(keepends=True)
+    # Make a missing final newline visible, as diff(1) does.
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n\\ No newline at end of file\n"
+    return lines
+
+
+def unified(golden: bytes, actual: bytes, label: str, cap: int) -> List[str]:
+    """A unified diff of two byte streams, capped at cap lines."""
+    out = []
+    for line in difflib.unified_diff(
+        _lines(golden), _lines(actual), f"golden/{label}", f"actual/{label}"
+    ):
+        out.extend(line.rstrip("\n").split("\n"))
+    if len(out) > cap:
+        hidden = len(out) - cap
+        out = [*out[:cap], f"... {hidden} more diff lines (see the actual outputs folder)"]
+    return out
+
+
+def describe(golden: Observation, actual: Observation, cap: int) -> List[str]:
+    """Human-readable detail lines for a drift: exit code, stream diffs, file set and content."""
+    lines: List[str] = []
+    if golden.exit_code != actual.exit_code:
+        lines.append(f"exit code: golden {golden.exit_code}, actual {actual.exit_code}")
+    for label, want, got in (("stdout", golden.stdout, actual.stdout), ("stderr", golden.stderr, actual.stderr)):
+        if want != got:
+            lines.extend(unified(want, got, label, cap))
+    added = sorted(set(actual.files) - set(golden.files))
+    missing = sorted(set(golden.files) - set(actual.files))
+    for path in added:
+        lines.append(f"new file: {path}")
+    for path in missing:
+        lines.append(f"missing file: {path}")
+    for path in sorted(set(golden.files) & set(actual.files)):
+        want_file, got_file = golden.files[path], actual.files[path]
+        if want_file.mode != got_file.mode:
+            lines.append(f"mode of {path}: golden {want_file.mode:o}, actual {got_file.mode:o}")
+        if want_file.sha256 != got_file.sha256:
+            lines.append(f"changed file: {path} sha256 {want_file.sha256[:12]} -> {got_file.sha256[:12]}")
+            if want_file.text is not None and got_file.text is not None:
+                lines.extend(
+                    unified(want_file.text.encode(), got_file.text.encode(), f"out/{path}", cap)
+                )
+    if golden.env_read != actual.env_read:
+        want_keys = set(golden.env_read or [])
+        got_keys = set(actual.env_read or [])
+        lines.append(
+            "env keys read: "
+            f"new {sorted(got_keys - want_keys)}, no longer read {sorted(want_keys - got_keys)}"
+        )
+    if golden.norm_counts != actual.norm_counts:
+        for name in sorted(set(golden.norm_counts) | set(actual.norm_counts)):
+            want_n, got_n = golden.norm_counts.get(name, 0), actual.norm_counts.get(name, 0)
+            if want_n != got_n:
+                lines.append(f"normalisation rule {name!r}: {want_n} hits recorded, {got_n} now")
+    return lines

@@ -1,0 +1,117 @@
+"""The one internal model of a pin: inputs (Case) and outputs (Observation). Stdlib only.
+
+Both on-disk formats (pins.jsonl and case folders) load into these classes; see store.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from charpin_runner.errors import IntegrityError
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+@dataclass(frozen=True)
+class Case:
+    """What to run: argv[0] is a Python script (`*.py`, repo-relative) or any command."""
+
+    id: str
+    argv: Tuple[str, ...]
+    env: Dict[str, str] = field(default_factory=dict)
+    stdin: bytes = b""
+    cwd_rel: str = "."
+    # Repo-relative folder copied as the fresh work folder (a case folder's work/).
+    fixtures: Optional[str] = None
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class OutFile:
+    """One file under the declared output folder, after normalisation."""
+
+    sha256: str
+    mode: int
+    text: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one run did at its process boundary, after normalisation."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    files: Dict[str, OutFile] = field(default_factory=dict)
+    # Sorted env keys a Python target read; None for other commands (not observable).
+    env_read: Optional[List[str]] = None
+    norm_counts: Dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A case and its golden observation (None until recorded)."""
+
+    case: Case
+    golden: Optional[Observation]
+
+
+def check_id(pin_id: str, where: str) -> str:
+    """Refuse ids that cannot name a folder under .charpin/pins-actual/."""
+    if not _ID.fullmatch(pin_id):
+        raise IntegrityError(
+            f"{where}: pin id {pin_id!r} is not a plain name; "
+            "use letters, digits, '.', '_' or '-' (at most 128)"
+        )
+    return pin_id
+
+
+def encode_bytes(data: bytes) -> Union[str, Dict[str, str]]:
+    """UTF-8 text stays a string; anything else becomes {"b64": ...} so nothing is lost."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(data).decode("ascii")}
+
+
+def decode_b64(text: str, where: str) -> bytes:
+    """Decode the b64 form of a byte field, refusing anything that is not strict base64."""
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise IntegrityError(f"{where}: invalid base64; re-record the pin") from None
+
+
+def observation_to_json(obs: Observation) -> Dict[str, Any]:
+    """The observation fields of a pin as JSON-ready data."""
+    files: Dict[str, Any] = {}
+    for path, entry in sorted(obs.files.items()):
+        item: Dict[str, Any] = {"sha256": entry.sha256, "mode": entry.mode}
+        if entry.text is not None:
+            item["text"] = entry.text
+        files[path] = item
+    return {
+        "exit_code": obs.exit_code,
+        "stdout": encode_bytes(obs.stdout),
+        "stderr": encode_bytes(obs.stderr),
+        "files": files,
+        "env_read": obs.env_read,
+        "norm_counts": dict(sorted(obs.norm_counts.items())),
+    }
+
+
+def case_to_json(case: Case) -> Dict[str, Any]:
+    """The input fields of a pin as JSON-ready data (pins.jsonl form)."""
+    data: Dict[str, Any] = {
+        "id": case.id,
+        "argv": list(case.argv),
+        "env": dict(sorted(case.env.items())),
+        "stdin": encode_bytes(case.stdin),
+        "cwd_rel": case.cwd_rel,
+    }
+    if case.fixtures is not None:
+        data["fixtures"] = case.fixtures
+    return data

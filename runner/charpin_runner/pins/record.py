@@ -1,0 +1,140 @@
+"""Record pins with the current program as the oracle, refusing unstable ones. Stdlib only.
+
+A new recording is replayed three times before it is accepted:
+  1. repeat     - same sandbox path, same everything: catches clocks, randomness, races;
+  2. temp-root  - the sandbox under another, deeper temp root (with a space in it);
+  3. locale     - TZ, LANG, PYTHONHASHSEED and umask changed together; on drift each is tried
+                  alone so the message names the one that moved bytes.
+File modes are not compared under the umask perturbation (a umask changes modes by design).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from charpin_runner.errors import CharpinError
+from charpin_runner.pins import compare as cmp
+from charpin_runner.pins.execute import Perturbation, Run, Session, run_case
+from charpin_runner.pins.model import Case, Observation
+
+SINGLE_PERTURBATIONS = (
+    Perturbation("TZ", env={"TZ": "Pacific/Chatham"}),
+    Perturbation("LANG", env={"LANG": "en_US.UTF-8", "LC_ALL": "en_US.UTF-8"}),
+    Perturbation("PYTHONHASHSEED", env={"PYTHONHASHSEED": "12345"}),
+    Perturbation("umask", umask=0o077),
+)
+
+
+class UnstableError(CharpinError):
+    """A pin gave different bytes under a perturbation; it is refused."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A stable recording."""
+
+    case: Case
+    observation: Observation
+
+
+def _moved(golden: Observation, other: Observation) -> str:
+    """Where the first differing bytes are, shown briefly."""
+    for label, a, b in (("stdout", golden.stdout, other.stdout), ("stderr", golden.stderr, other.stderr)):
+        if a != b:
+            index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            start = max(0, index - 20)
+            return f"{label} byte {index}: {a[start:index + 30]!r} became {b[start:index + 30]!r}"
+    if golden.exit_code != other.exit_code:
+        return f"exit code {golden.exit_code} became {other.exit_code}"
+    for path in sorted(set(golden.files) | set(other.files)):
+        want, got = golden.files.get(path), other.files.get(path)
+        if want is None or got is None:
+            return f"output file {path} {'appeared' if want is None else 'disappeared'}"
+        if want.sha256 != got.sha256:
+            return f"output file {path} content changed"
+    if golden.env_read != other.env_read:
+        return f"env keys read {golden.env_read} became {other.env_read}"
+    return f"normalisation counts {golden.norm_counts} became {other.norm_counts}"
+
+
+def _drift(base: Run, other: Run, modes: bool = True) -> bool:
+    if other.error or other.timed_out or other.outside_writes != base.outside_writes:
+        return True
+    return bool(cmp.compare(base.observation, other.observation, modes=modes))
+
+
+def _refuse(case: Case, what: str, base: Run, other: Run) -> UnstableError:
+    return UnstableError(
+        f"pin {case.id} is unstable under {what}: {_moved(base.observation, other.observation)}; "
+        "make the program deterministic or add a normalisation rule, then record again"
+    )
+
+
+def record_case(session: Session, case: Case, check_stability: bool = True) -> Recorded:
+    """Run case as the oracle, prove it stable, and return the observation to store."""
+    sandbox = session.dir / f"record-{hashlib.sha256(case.id.encode()).hexdigest()[:12]}"
+    base = run_case(session, case, sandbox=sandbox)
+    if base.error is not None:
+        raise CharpinError(f"pin {case.id}: {base.error}; fix argv or the environment")
+    if base.timed_out:
+        raise UnstableError(f"pin {case.id} timed out while recording; raise [tool.charpin.pins] timeout")
+    if base.outside_writes:
+        raise UnstableError(
+            f"pin {case.id} writes outside the output folder ({', '.join(base.outside_writes[:3])}); "
+            "write under the declared output folder or change [tool.charpin.pins] output"
+        )
+    if check_stability:
+        _prove_stable(session, case, base, sandbox)
+    return Recorded(case, base.observation)
+
+
+def _prove_stable(session: Session, case: Case, base: Run, sandbox: Path) -> None:
+    repeat = run_case(session, case, sandbox=sandbox)
+    if _drift(base, repeat):
+        raise _refuse(case, "repeat (a plain rerun: clock, randomness or ordering)", base, repeat)
+    other_root = session.dir / "perturbed root" / "deeper" / "still"
+    moved = run_case(session, case, Perturbation("temp-root", root=other_root))
+    if _drift(base, moved):
+        raise _refuse(case, "temp-root (another temporary folder)", base, moved)
+    combined = Perturbation(
+        "TZ+LANG+PYTHONHASHSEED+umask",
+        env={k: v for p in SINGLE_PERTURBATIONS for k, v in p.env.items()},
+        umask=0o077,
+    )
+    mixed = run_case(session, case, combined)
+    if not _drift(base, mixed, modes=False):
+        return
+    culprit: Optional[str] = None
+    evidence = mixed
+    for single in SINGLE_PERTURBATIONS:
+        alone = run_case(session, case, single)
+        if _drift(base, alone, modes=single.umask is None):
+            culprit, evidence = single.name, alone
+            break
+    raise _refuse(case, culprit or combined.name, base, evidence)
+
+
+def changes(old: Observation, new: Observation) -> List[str]:
+    """What an update changed, by category (exit code, stdout, stderr, file set, file content...)."""
+    names = {
+        cmp.EXIT_CODE: "exit code",
+        cmp.STDOUT: "stdout",
+        cmp.STDERR: "stderr",
+        cmp.WHITESPACE: "whitespace only",
+        cmp.FILE_SET: "file set",
+        cmp.FILE_CONTENT: "file content",
+        cmp.FILE_MODE: "file mode",
+        cmp.ENV_READ: "env keys read",
+        cmp.NORMALISATION_COUNT: "normalisation counts",
+    }
+    found = cmp.compare(old, new)
+    labels = [names[c] for c in found]
+    # "stderr only" is the category reviewers ask for: say so when it is the whole change.
+    if found == [cmp.STDERR]:
+        labels = ["stderr only"]
+    return labels

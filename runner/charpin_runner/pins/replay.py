@@ -1,0 +1,143 @@
+"""Replay pins in parallel and turn the results into verdicts and receipt rows. Stdlib only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from charpin_runner.config import CharpinConfig
+from charpin_runner.errors import CharpinError
+from charpin_runner.pins import compare as cmp
+from charpin_runner.pins.config import PinsConfig
+from charpin_runner.pins.execute import Run, Session, run_case
+from charpin_runner.pins.model import Observation, Pin
+from charpin_runner.pins.store import load_pins
+from charpin_runner.receipt import PinResult, Pins, PinStatus
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One pin replayed against its golden."""
+
+    pin: Pin
+    run: Run
+    classes: List[str] = field(default_factory=list)
+
+    @property
+    def failure_class(self) -> Optional[str]:
+        return cmp.primary(self.classes)
+
+    @property
+    def status(self) -> PinStatus:
+        if not self.classes:
+            return "passed"
+        return "error" if self.failure_class == cmp.ERROR else "failed"
+
+
+def jobs_for(config: PinsConfig, jobs: Optional[int]) -> int:
+    """Worker count: the flag, else the config, else one per CPU."""
+    chosen = jobs if jobs is not None else config.jobs
+    return max(1, chosen or os.cpu_count() or 1)
+
+
+def judge(pin: Pin, run: Run, comparator: cmp.Comparator = cmp.compare) -> Outcome:
+    """Classify a replay against the pin's golden (the run's own failures come first)."""
+    classes: List[str] = []
+    if run.error is not None:
+        classes.append(cmp.ERROR)
+    if run.timed_out:
+        classes.append(cmp.TIMEOUT)
+    if run.outside_writes:
+        classes.append(cmp.WRITE_OUTSIDE)
+    if pin.golden is None:
+        classes.append(cmp.ERROR)
+    else:
+        classes.extend(comparator(pin.golden, run.observation))
+    ordered = [name for name in cmp.PRIORITY if name in classes]
+    return Outcome(pin, run, ordered)
+
+
+def replay(
+    session: Session,
+    pins: List[Pin],
+    jobs: int,
+    comparator: cmp.Comparator = cmp.compare,
+    on_done: Optional[Callable[[Outcome], None]] = None,
+) -> List[Outcome]:
+    """Replay every pin (in parallel) and judge it; results keep the pins' order."""
+
+    def one(pin: Pin) -> Outcome:
+        try:
+            run = run_case(session, pin.case)
+        except CharpinError as exc:
+            empty = Observation(exit_code=-1, stdout=b"", stderr=b"")
+            run = Run(empty, {}, [], error=str(exc))
+        outcome = judge(pin, run, comparator)
+        if on_done is not None:
+            on_done(outcome)
+        return outcome
+
+    if jobs <= 1 or len(pins) <= 1:
+        return [one(pin) for pin in pins]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, pins))
+
+
+def write_actual(root: Path, outcome: Outcome) -> Path:
+    """Keep a failing pin's actual outputs under root/<id>/ for external diff tools."""
+    folder = root / outcome.pin.case.id
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "files").mkdir(parents=True)
+    obs = outcome.run.observation
+    (folder / "stdout").write_bytes(obs.stdout)
+    (folder / "stderr").write_bytes(obs.stderr)
+    (folder / "exit_code").write_text(f"{obs.exit_code}\n", encoding="utf-8")
+    for rel, data in outcome.run.file_bytes.items():
+        target = folder / "files" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    summary = {
+        "id": outcome.pin.case.id,
+        "argv": list(outcome.pin.case.argv),
+        "failure_class": outcome.failure_class,
+        "classes": outcome.classes,
+        "env_read": obs.env_read,
+        "norm_counts": obs.norm_counts,
+        "outside_writes": outcome.run.outside_writes,
+        "error": outcome.run.error,
+    }
+    text = json.dumps(summary, indent=1, sort_keys=True) + "\n"
+    (folder / "result.json").write_text(text, encoding="utf-8")
+    return folder
+
+
+def replay_for_receipt(repo: Path, config: CharpinConfig) -> Pins:
+    """Replay a repository's pins for `charpin receipt`; Pins(None, False, []) when it has none."""
+    pins_config = config.pins
+    pin_set = load_pins(repo, pins_config)
+    if not pin_set.all:
+        return Pins(None, False, [])
+    source = pins_config.file if pin_set.jsonl_path.is_file() else pins_config.cases
+    with Session(repo, pins_config) as session:
+        outcomes = replay(session, pin_set.all, jobs_for(pins_config, None))
+    results = []
+    for outcome in outcomes:
+        obs = outcome.run.observation
+        results.append(
+            PinResult(
+                id=outcome.pin.case.id,
+                status=outcome.status,
+                exit_code=None if outcome.run.error else obs.exit_code,
+                stdout_sha256=hashlib.sha256(obs.stdout).hexdigest(),
+                stderr_sha256=hashlib.sha256(obs.stderr).hexdigest(),
+                files={path: entry.sha256 for path, entry in sorted(obs.files.items())},
+                failure_class=outcome.failure_class,
+            )
+        )
+    return Pins(source, True, results)

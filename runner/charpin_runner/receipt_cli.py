@@ -1,0 +1,192 @@
+"""CLI glue for `charpin receipt`. Runs on any box; stdlib only. May print; library code may not.
+
+Exit codes (design §6 meanings): ok 0, failed 1, incomplete 2, timed-out 4, no-tests 16,
+usage or configuration error 64, interrupted 130, pytest internal error 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from charpin_runner import config as config_mod
+from charpin_runner import gitstate
+from charpin_runner.errors import EXIT_INTERRUPTED, UsageError
+from charpin_runner.interpret import EXIT_CODES
+from charpin_runner.receipt import OUTCOMES, Receipt, dumps, write_atomic
+from charpin_runner.run_receipt import Request, new_run_id, produce, stop_on_signals
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+_COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_SHOWN = 3
+
+
+def add_parsers(sub: Any) -> None:
+    """Register `charpin receipt`."""
+    parser = sub.add_parser(
+        "receipt",
+        help="run the tests once and write a receipt of what this box observed",
+        description="Run the test command with the charpin probe and write a receipt. "
+        "Arguments after `--` go to pytest.",
+    )
+    add = parser.add_argument
+    add("--repo", metavar="DIR", help="repository to run in (default: git toplevel of cwd)")
+    add("--label", default="local", help="name of this box in the receipt (default: local)")
+    add("-o", "--output", metavar="PATH", help="receipt path (default .charpin/receipts/ID.json)")
+    add("--config-json", metavar="FILE", help="resolved [tool.charpin] table as JSON")
+    add("--run-id", metavar="ID", help="run id (default: UTC time plus 6 hex digits)")
+    add("--expected-commit", metavar="SHA", help="commit the coordinator sent")
+    add("--snapshot-sha256", metavar="HEX", help="sha256 of the shipped snapshot")
+    add("--patch-sha256", metavar="HEX", help="sha256 of the patch under review")
+    add("--host-key-fingerprint", metavar="FP", help="SSH host key fingerprint of this box")
+    add("--host-key-accepted-new", action="store_true", help="the host key was accepted new")
+    add("--timeout", metavar="SECONDS", help="kill the test command after this long")
+    add("--today", metavar="YYYY-MM-DD", help="date used for ledger expiry (default: UTC today)")
+    add("--no-pins", action="store_true", help="do not replay pins")
+    add("-q", "--quiet", action="store_true", help="do not print the summary")
+    parser.set_defaults(handler=run, accepts_extra=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle `charpin receipt`."""
+    repo = gitstate.find_toplevel(Path(args.repo or os.getcwd()))
+    request = _request(args, repo)
+    output = _output_path(args.output, repo, request.run_id)
+    with stop_on_signals() as stop:
+        receipt = produce(request, stop)
+        try:
+            write_atomic(output, dumps(receipt))
+        except FileExistsError:
+            raise UsageError(f"{output} appeared during the run; pass another -o PATH") from None
+    if not args.quiet:
+        print("\n".join(summary_lines(receipt, _shown_path(output))), flush=True)
+    for reason in receipt.exit.reasons:
+        print(f"charpin: {reason}", file=sys.stderr)
+    if stop.requested:
+        return EXIT_INTERRUPTED
+    return EXIT_CODES[receipt.exit.interpretation]
+
+
+def _request(args: argparse.Namespace, repo: Path) -> Request:
+    if args.config_json:
+        cfg = config_mod.load_json(Path(args.config_json))
+    else:
+        cfg = config_mod.load(repo)
+    extra = list(args.extra or [])
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    timeout = _timeout(args.timeout) if args.timeout is not None else cfg.timeout
+    return Request(
+        repo=repo,
+        config=cfg,
+        run_id=_checked(args.run_id, _RUN_ID, "--run-id", "letters, digits, '.', '_', '-'")
+        or new_run_id(),
+        label=_checked(args.label, _LABEL, "--label", "letters, digits, '.', '_', '@', '+', '-'")
+        or "local",
+        today=_today(args.today),
+        timeout=timeout,
+        expected_commit=_checked(args.expected_commit, _COMMIT, "--expected-commit", "hex sha"),
+        snapshot_sha256=_checked(args.snapshot_sha256, _SHA256, "--snapshot-sha256", "64 hex"),
+        patch_sha256=_checked(args.patch_sha256, _SHA256, "--patch-sha256", "64 hex"),
+        host_key_fingerprint=args.host_key_fingerprint,
+        host_key_accepted_new=bool(args.host_key_accepted_new),
+        replay_pins=not args.no_pins,
+        extra=extra,
+    )
+
+
+def _checked(value: str | None, pattern: re.Pattern[str], flag: str, allowed: str) -> str | None:
+    if value is None or pattern.fullmatch(value):
+        return value
+    raise UsageError(f"{flag} {value!r} is not valid; use {allowed}")
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise UsageError(
+            f"--timeout {text!r} is not a positive number of seconds; e.g. --timeout 600"
+        )
+    return value
+
+
+def _today(text: str | None) -> str:
+    if text is None:
+        return datetime.now(timezone.utc).date().isoformat()
+    try:
+        if len(text) == 10:
+            return date.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
+    raise UsageError(f"--today {text!r} is not a date; use YYYY-MM-DD, e.g. --today 2026-11-30")
+
+
+def _output_path(option: str | None, repo: Path, run_id: str) -> Path:
+    if option is None:
+        path = repo / ".charpin" / "receipts" / f"{run_id}.json"
+    else:
+        path = Path(option).absolute()
+    if os.path.lexists(path):
+        raise UsageError(
+            f"{path} already exists and receipts are never overwritten; pass another -o"
+        )
+    return path
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def summary_lines(receipt: Receipt, path: str) -> list[str]:
+    """The five-line summary printed after a run."""
+    col, fx, ex = receipt.collection, receipt.fixtures, receipt.exit
+    dirty = len(receipt.tree.dirty_before)
+    counts = [(o, sum(1 for v in receipt.outcomes.values() if v == o)) for o in OUTCOMES]
+    outcomes = " · ".join(f"{n} {o}" for o, n in counts if n) or "none reported"
+    return [
+        f"charpin receipt {receipt.run_id} · label {receipt.label} · "
+        f"commit {receipt.identity.head_before[:7]} · {dirty} dirty path{_plural(dirty)}",
+        f"tests     collected {len(col.collected)} · ledger-deselected {len(col.deselected)}"
+        f" · selected {len(col.selected)} · executed {len(col.executed)}",
+        f"outcomes  {outcomes}",
+        f"fixtures  {', '.join(fx.roots) or 'none watched'}: {len(fx.after)} files · "
+        + _fixture_changes(receipt),
+        f"exit      {ex.status} → {ex.interpretation} · receipt {path}",
+    ]
+
+
+def _fixture_changes(receipt: Receipt) -> str:
+    fx = receipt.fixtures
+    groups = [
+        ("changed", fx.changed),
+        ("added", fx.added),
+        ("removed", fx.removed),
+        ("type-changed", fx.type_changed),
+        ("mode-changed", fx.mode_changed),
+        ("escaping symlinks", fx.escaping_symlinks),
+        ("missing roots", fx.missing_roots),
+    ]
+    parts = [f"{len(items)} {name} ({_few(items)})" for name, items in groups if items]
+    return " · ".join(parts) or "unchanged"
+
+
+def _few(items: list[str]) -> str:
+    more = len(items) - _SHOWN
+    return ", ".join(items[:_SHOWN]) + (f", +{more} more" if more > 0 else "")
+
+
+def _plural(count: int) -> str:
+    return "" if count == 1 else "s"

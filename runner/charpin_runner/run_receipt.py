@@ -1,0 +1,366 @@
+"""Produce one receipt: measure, run the tests in their own process group, measure again.
+
+Runs on boxes; stdlib only. Everything except the outcomes is measured by this (parent) process:
+git state, fixture hashes and exit status. The test command runs in a new session; when it ends
+the whole group is SIGKILLed before the after-measurements, so a process a test left behind
+cannot edit a fixture after the last hash. (A daemon that calls setsid() itself leaves the group
+and escapes this; see the README.)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any, cast
+
+import charpin_runner
+from charpin_runner import envinfo, fixtures, gitstate
+from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, CharpinConfig
+from charpin_runner.errors import CharpinError, ConfigError, RunError
+from charpin_runner.interpret import Ending, interpret
+from charpin_runner.probe import ProbeData, read_probe
+from charpin_runner.receipt import (
+    OUTCOMES,
+    SCHEMA_VERSION,
+    Collection,
+    Identity,
+    Outcome,
+    Pins,
+    Quarantine,
+    Receipt,
+    Tree,
+)
+
+# Grace between SIGTERM and SIGKILL for a test command we are stopping.
+TERM_GRACE = 5.0
+# Upper bound on waiting for killed group members to disappear.
+_REAP_BOUND = 5.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything one `charpin receipt` run needs; built by receipt_cli."""
+
+    repo: Path
+    config: CharpinConfig
+    run_id: str
+    label: str = "local"
+    today: str = ""
+    timeout: float | None = None
+    expected_commit: str | None = None
+    snapshot_sha256: str | None = None
+    patch_sha256: str | None = None
+    host_key_fingerprint: str | None = None
+    host_key_accepted_new: bool = False
+    replay_pins: bool = True
+    extra: list[str] = field(default_factory=list)
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM while a receipt is being produced; the run then winds down."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopFlag]:
+    """Turn SIGINT/SIGTERM into a flag (main thread only), so the receipt is still written."""
+    flag = StopFlag()
+    old: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, flag._handle)
+    try:
+        yield flag
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """`YYYYmmddTHHMMSSZ-<6 hex>`: sortable by time, unique enough for one box."""
+    moment = now or datetime.now(timezone.utc)
+    return f"{moment.strftime('%Y%m%dT%H%M%SZ')}-{os.urandom(3).hex()}"
+
+
+def produce(request: Request, stop: StopFlag) -> Receipt:
+    """Measure, run the test command, measure again; return the receipt (not yet written)."""
+    repo, config = request.repo, request.config
+    roots = fixtures.check_roots(config.watch)
+    ledger = ledger_path(repo, config)
+    ledger_sha = fixtures.hash_file(str(repo / ledger)) if ledger else None
+    started_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    git_before = gitstate.read_state(repo)
+    fx_before = fixtures.snapshot(repo, roots)
+    with tempfile.TemporaryDirectory(prefix="charpin-probe-") as tmp:
+        probe_path = Path(tmp) / "probe.jsonl"
+        argv = build_command(request, probe_path, ledger)
+        began = time.monotonic()
+        ending = run_child(argv, repo, child_env(Path(tmp)), request.timeout, stop)
+        wall = round(time.monotonic() - began, 3)
+        probe = read_probe(probe_path)
+    git_after, reasons = _state_after(repo)
+    fx_after = fixtures.snapshot(repo, roots)
+    pins, pin_reasons = _replay_pins(request)
+    reasons += pin_reasons
+    if ledger_sha and probe.ledger.sha256 and probe.ledger.sha256 != ledger_sha:
+        reasons.append(
+            "the ledger the probe read differs from the one charpin hashed before the run"
+        )
+    ending = Ending(ending.status, ending.timed_out, stop.requested, request.timeout)
+    return Receipt(
+        schema_version=SCHEMA_VERSION,
+        run_id=request.run_id,
+        label=request.label,
+        charpin_version=charpin_runner.__version__,
+        command=_recorded_command(argv, probe_path, repo),
+        started_at=started_at,
+        wall_seconds=wall,
+        identity=_identity(request, git_before, git_after),
+        tree=_tree(config, git_before, git_after),
+        collection=_collection(probe),
+        outcomes={k: cast(Outcome, v) for k, v in probe.outcomes.items() if v in OUTCOMES},
+        durations=dict(probe.durations),
+        fixtures=fixtures.diff(fx_before, fx_after),
+        quarantine=_quarantine(probe, ledger, ledger_sha),
+        pins=pins,
+        exit=interpret(ending, probe, tuple(reasons)),
+        environment=envinfo.collect(
+            repo=repo,
+            allow=list(BASE_ENV_ALLOW) + list(config.env_allow),
+            conftests=probe.conftests,
+            plugins=probe.plugins,
+            pytest_version=probe.pytest_version,
+            host_key_fingerprint=request.host_key_fingerprint,
+            host_key_accepted_new=request.host_key_accepted_new,
+        ),
+    )
+
+
+def ledger_path(repo: Path, config: CharpinConfig) -> str | None:
+    """The ledger's repo-relative path when the file exists; a missing explicit one is an error."""
+    rel = fixtures.check_roots([config.ledger], key="ledger")[0]
+    if (repo / rel).is_file():
+        return rel
+    if config.ledger != DEFAULT_LEDGER:
+        raise ConfigError(
+            f"the flake ledger {rel} named in [tool.charpin] ledger does not exist in {repo}; "
+            "create it or remove the `ledger` key"
+        )
+    return None
+
+
+def build_command(request: Request, probe: Path, ledger: str | None) -> list[str]:
+    """The full test command line: the configured command plus the probe plugin's options."""
+    config = request.config
+    argv = list(config.test_command or [sys.executable, "-m", "pytest"])
+    argv += ["-p", "charpin_runner.plugin", "--charpin-receipt", str(probe)]
+    argv += ["--charpin-root", str(request.repo)]
+    if ledger is not None:
+        argv += ["--charpin-ledger", str(request.repo / ledger)]
+    argv += ["--charpin-today", request.today, "-p", "no:cacheprovider"]
+    return argv + list(config.pytest_args) + list(request.extra)
+
+
+def child_env(scratch: Path) -> dict[str, str]:
+    """os.environ plus what lets a bare box import the plugin without writing into the repo."""
+    env = dict(os.environ)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    root = import_root(scratch)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def import_root(scratch: Path) -> str:
+    """A sys.path entry that provides charpin_runner and nothing else.
+
+    From a zipapp that is the .pyz file itself. From a folder, the package is linked into a
+    scratch folder, because its parent may be a whole site-packages that must not shadow the
+    packages of the project under test.
+    """
+    package = Path(charpin_runner.__file__).resolve().parent
+    if package.parent.is_file():
+        return str(package.parent)
+    link = scratch / "path" / "charpin_runner"
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(package, target_is_directory=True)
+    return str(link.parent)
+
+
+def run_child(
+    argv: list[str], repo: Path, env: dict[str, str], timeout: float | None, stop: StopFlag
+) -> Ending:
+    """Run argv in its own process group; on any end, SIGKILL the group and wait it out."""
+    try:
+        proc = subprocess.Popen(argv, cwd=str(repo), env=env, start_new_session=True)
+    except OSError as exc:
+        raise RunError(
+            f"cannot start the test command {argv[0]!r}: {exc.strerror}; "
+            "fix test_command in [tool.charpin]"
+        ) from exc
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        status, timed_out = _supervise(proc, deadline, lambda: stop.requested)
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+        # Lingering background processes of the run die here, before anything is re-hashed.
+        kill_group(proc.pid)
+    return Ending(status=status, timed_out=timed_out, timeout=timeout)
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes], deadline: float | None, stopping: Callable[[], bool]
+) -> tuple[int, bool]:
+    while True:
+        try:
+            return proc.wait(timeout=0.05), False
+        except subprocess.TimeoutExpired:
+            pass
+        if stopping():
+            return _stop(proc), False
+        if deadline is not None and time.monotonic() >= deadline:
+            return _stop(proc), True
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM the group, give it TERM_GRACE seconds, then SIGKILL it."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=TERM_GRACE)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process in group pgid and wait (bounded) until none is left running."""
+    _signal_group(pgid, signal.SIGKILL)
+    until = time.monotonic() + _REAP_BOUND
+    while time.monotonic() < until and group_alive(pgid):
+        time.sleep(0.01)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while some non-zombie process is in group pgid (zombies cannot write files)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _state_after(repo: Path) -> tuple[gitstate.GitState, list[str]]:
+    """Git state after the run; a repository the tests broke is recorded, not fatal."""
+    try:
+        return gitstate.read_state(repo), []
+    except RunError as exc:
+        return gitstate.unreadable(), [f"after the run, {exc}"]
+
+
+def _replay_pins(request: Request) -> tuple[Pins, list[str]]:
+    none = Pins(source=None, replayed=False, results=[])
+    if not request.replay_pins:
+        return none, []
+    try:
+        module = importlib.import_module("charpin_runner.pins.replay")
+        replay = module.replay_for_receipt
+    except (ImportError, AttributeError):
+        return none, []
+    try:
+        return cast(Pins, replay(request.repo, request.config)), []
+    except CharpinError as exc:
+        return none, [f"pins were not replayed: {exc}"]
+
+
+def _identity(request: Request, before: gitstate.GitState, after: gitstate.GitState) -> Identity:
+    return Identity(
+        head_before=before.head,
+        head_after=after.head,
+        tree_before=before.tree,
+        tree_after=after.tree,
+        expected_commit=request.expected_commit,
+        patch_sha256=request.patch_sha256,
+        snapshot_sha256=request.snapshot_sha256,
+    )
+
+
+def _tree(config: CharpinConfig, before: gitstate.GitState, after: gitstate.GitState) -> Tree:
+    return Tree(
+        dirty_before=before.dirty,
+        dirty_after=after.dirty,
+        dirty_digest_before=before.digest,
+        dirty_digest_after=after.digest,
+        written=gitstate.written_paths(before, after),
+        outputs=sorted(config.outputs),
+    )
+
+
+def _collection(probe: ProbeData) -> Collection:
+    return Collection(
+        collected=sorted(probe.collected),
+        deselected=sorted(probe.ledger.deselected, key=lambda d: (d.nodeid, d.entry)),
+        selected=sorted(probe.selected),
+        executed=sorted(probe.executed),
+        order=list(probe.order),
+        filtered=sorted(probe.filtered),
+        dropped=sorted(probe.dropped),
+        probe_started=probe.started,
+        session_finished=probe.session_finished,
+    )
+
+
+def _quarantine(probe: ProbeData, ledger: str | None, ledger_sha: str | None) -> Quarantine:
+    report = probe.ledger
+    return Quarantine(
+        ledger_path=ledger,
+        ledger_sha256=ledger_sha or report.sha256,
+        entries=report.entries,
+        frozen=sorted(report.frozen),
+        stale=sorted(report.stale),
+        widening=sorted(report.widening, key=lambda w: w.entry),
+        expired=sorted(report.expired),
+        leaked=sorted(report.leaked),
+    )
+
+
+def _recorded_command(argv: list[str], probe: Path, repo: Path) -> list[str]:
+    """argv with the per-run paths replaced, so two boxes' commands compare equal."""
+    swaps = {str(probe): "{probe}", str(repo): "{repo}"}
+    return [swaps.get(arg, arg.replace(str(repo) + os.sep, "{repo}" + os.sep)) for arg in argv]

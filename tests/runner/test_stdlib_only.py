@@ -1,0 +1,120 @@
+"""The runner is stdlib only and runs on Python 3.9: import every module on a bare interpreter."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUNNER = Path(__file__).resolve().parents[2] / "runner"
+PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+# plugin.py imports pytest by design; __main__ runs the CLI on import.
+EXEMPT = {"charpin_runner.plugin", "charpin_runner.__main__"}
+
+# Runs inside `python -I -S`: no site-packages, no PYTHONPATH, only runner/ on sys.path.
+_PROBE = """
+import importlib, json, sys, traceback
+sys.path.insert(0, sys.argv[1])
+result = {}
+for name in json.loads(sys.argv[2]):
+    before = set(sys.modules)
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        result[name] = {"error": traceback.format_exc(limit=1)}
+        continue
+    result[name] = {"new": sorted(set(sys.modules) - before)}
+print(json.dumps(result))
+"""
+
+
+def runner_modules() -> list[str]:
+    names = []
+    for path in sorted((RUNNER / "charpin_runner").rglob("*.py")):
+        parts = list(path.relative_to(RUNNER).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        name = ".".join(parts)
+        if name not in EXEMPT:
+            names.append(name)
+    return names
+
+
+def non_stdlib(python: str) -> dict[str, list[str]]:
+    """Import each runner module under python; return module -> offending imports or error."""
+    modules = runner_modules()
+    out = subprocess.run(
+        [python, "-I", "-S", "-c", _PROBE, str(RUNNER), json.dumps(modules)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    stdlib = set(sys.stdlib_module_names) | {"charpin_runner"}
+    found: dict[str, list[str]] = {}
+    for name, seen in json.loads(out.stdout).items():
+        if "error" in seen:
+            found[name] = [seen["error"]]
+            continue
+        bad = [m for m in seen["new"] if m.split(".")[0] not in stdlib]
+        if bad:
+            found[name] = bad
+    return found
+
+
+def test_every_runner_module_is_listed() -> None:
+    modules = runner_modules()
+    assert {"charpin_runner", "charpin_runner.receipt_cli", "charpin_runner.fixtures"} <= set(
+        modules
+    )
+    assert not EXEMPT & set(modules)
+
+
+def test_runner_imports_only_stdlib_on_this_python() -> None:
+    assert non_stdlib(sys.executable) == {}
+
+
+@pytest.mark.skipif(not PY39.exists(), reason=f"{PY39} is not installed on this machine")
+def test_runner_imports_only_stdlib_on_python_39() -> None:
+    assert non_stdlib(str(PY39)) == {}
+
+
+def test_the_check_catches_a_non_stdlib_import(tmp_path: Path) -> None:
+    # Guard the guard: a module importing a third-party package must be reported.
+    fake = tmp_path / "runner"
+    shutil.copytree(RUNNER / "charpin_runner", fake / "charpin_runner")
+    (fake / "charpin_runner" / "sneaky.py").write_text("import json\nimport pytest\n")
+    site = str(Path(pytest.__file__).parents[1])
+    script = f"import sys; sys.path.append({site!r})\n" + _PROBE
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, str(fake), '["charpin_runner.sneaky"]'],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    new = json.loads(out.stdout)["charpin_runner.sneaky"]["new"]
+    assert "pytest" in new and "pytest" not in sys.stdlib_module_names
+
+
+def _vermin() -> str | None:
+    beside = Path(sys.executable).parent / "vermin"
+    return str(beside) if beside.exists() else shutil.which("vermin")
+
+
+@pytest.mark.skipif(_vermin() is None, reason="vermin is not installed (CI installs it)")
+def test_vermin_says_python_39_is_enough() -> None:
+    vermin = _vermin()
+    assert vermin is not None
+    out = subprocess.run(
+        [vermin, "-t=3.9-", "--no-tips", "--violations", str(RUNNER / "charpin_runner")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -1,0 +1,315 @@
+"""deploy/ examples: every `charpin-remote`/`charpin` flag they use exists; each file is sane.
+
+A deploy file is copied onto a server and forgotten; a renamed flag would only show up as a failed
+nightly run weeks later. So the invocations are checked against the real argparse parsers here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from charpin_coordinator.cli import build_parser as build_remote_parser
+from charpin_runner.cli import build_parser as build_runner_parser
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY_FILES = sorted(p for p in DEPLOY.rglob("*") if p.is_file())
+# Files that must run the command (the README and the timer only talk about it).
+INVOKING = ("systemd/charpin-parity.service", "cron/charpin-parity", "ci/nightly-parity.yml")
+
+_PROGRAMS = ("charpin-remote", "charpin")
+# Shell and Markdown punctuation that ends a command inside a line.
+_SEPARATORS = re.compile(r"`|;|&&|\|\||\||\$\(|\)")
+_OPERATOR = re.compile(r"^\d*[<>]")
+_SHA_PIN = re.compile(r"^\s*-?\s*uses:\s*([\w.-]+/[\w./-]+)@([0-9a-f]{40})\s*(#.*)?$")
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One command line found in a deploy file."""
+
+    where: str
+    program: str
+    args: tuple[str, ...]
+
+
+def logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Yield (first line number, line) with backslash continuations joined."""
+    pending: list[str] = []
+    start = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not pending:
+            start = number
+        stripped = line.rstrip()
+        if stripped.endswith("\\"):
+            pending.append(stripped[:-1].strip())
+            continue
+        pending.append(line.strip())
+        yield start, " ".join(pending)
+        pending = []
+    if pending:
+        yield start, " ".join(pending)
+
+
+def _tokens(segment: str) -> list[str]:
+    try:
+        return shlex.split(segment)
+    except ValueError:  # prose with an apostrophe: plain words are enough to find flags
+        return segment.split()
+
+
+def _program(token: str) -> str | None:
+    for name in _PROGRAMS:
+        if token == name or token.endswith("/bin/" + name):
+            return name
+    return None
+
+
+def find_invocations(
+    text: str, source: str, parsers: dict[str, argparse.ArgumentParser]
+) -> list[Invocation]:
+    """Return every charpin-remote/charpin command (a bare `charpin` only before a command)."""
+    found = []
+    for number, line in logical_lines(text):
+        for segment in _SEPARATORS.split(line.lstrip("# ")):
+            words = _tokens(segment)
+            for index, word in enumerate(words):
+                program = _program(word)
+                if program is None:
+                    continue
+                args = _until_operator(words[index + 1 :])
+                if program == "charpin" and not _starts_command(args, parsers["charpin"]):
+                    continue  # the account name in `sudo -u charpin ...`, not the command
+                found.append(Invocation(f"{source}:{number}", program, tuple(args)))
+    return found
+
+
+def _until_operator(words: list[str]) -> list[str]:
+    for index, word in enumerate(words):
+        if _OPERATOR.match(word) or _program(word) is not None:
+            return words[:index]
+    return words
+
+
+def _starts_command(args: list[str], parser: argparse.ArgumentParser) -> bool:
+    return bool(args) and (args[0].startswith("-") or args[0] in _subcommands(parser))
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {flag: action for action in parser._actions for flag in action.option_strings}
+
+
+def check_invocation(
+    invocation: Invocation, parsers: dict[str, argparse.ArgumentParser]
+) -> list[str]:
+    """Return one problem line per unknown command or flag (exact spelling, no abbreviations)."""
+    parser = parsers[invocation.program]
+    path = [invocation.program]
+    problems = []
+    words = list(invocation.args)
+    while words:
+        word = words.pop(0)
+        if word == "--":
+            break  # the rest goes to the test command
+        if word.startswith("-") and len(word) > 1:
+            flag = word.split("=", 1)[0]
+            action = _options(parser).get(flag)
+            if action is None:
+                problems.append(f"{invocation.where}: `{' '.join(path)}` has no option {flag}")
+            elif action.nargs != 0 and "=" not in word and words:
+                words.pop(0)  # the flag's value, never a command
+            continue
+        commands = _subcommands(parser)
+        if commands and word in commands:
+            parser = commands[word]
+            path.append(word)
+        elif commands:
+            problems.append(f"{invocation.where}: `{' '.join(path)}` has no command {word!r}")
+            break
+    return problems
+
+
+@pytest.fixture(scope="module")
+def parsers() -> dict[str, argparse.ArgumentParser]:
+    return {"charpin-remote": build_remote_parser(), "charpin": build_runner_parser()}
+
+
+@pytest.fixture
+def toy() -> dict[str, argparse.ArgumentParser]:
+    """Small parsers shaped like the real ones, so the checker's own tests never move with them."""
+    remote = argparse.ArgumentParser(prog="charpin-remote")
+    remote.add_argument("--version", action="store_true")
+    sub = remote.add_subparsers()
+    run = sub.add_parser("run")
+    run.add_argument("--hosts")
+    run.add_argument("-q", "--quiet", action="store_true")
+    hosts = sub.add_parser("hosts").add_subparsers()
+    hosts.add_parser("check").add_argument("--hosts")
+    runner = argparse.ArgumentParser(prog="charpin")
+    runner.add_subparsers().add_parser("receipt").add_argument("--repo")
+    return {"charpin-remote": remote, "charpin": runner}
+
+
+def _invocations(parsers: dict[str, argparse.ArgumentParser]) -> list[Invocation]:
+    found = []
+    for path in DEPLOY_FILES:
+        text = path.read_text(encoding="utf-8")
+        found.extend(find_invocations(text, str(path.relative_to(DEPLOY)), parsers))
+    return found
+
+
+def test_deploy_has_the_documented_files() -> None:
+    names = {str(p.relative_to(DEPLOY)) for p in DEPLOY_FILES}
+    assert names >= {"README.md", "systemd/charpin-parity.timer", *INVOKING}
+
+
+@pytest.mark.parametrize("name", INVOKING)
+def test_each_invoking_file_runs_charpin_remote_run(
+    name: str, parsers: dict[str, argparse.ArgumentParser]
+) -> None:
+    text = (DEPLOY / name).read_text(encoding="utf-8")
+    runs = [i for i in find_invocations(text, name, parsers) if i.args[:1] == ("run",)]
+    assert runs, f"{name} never calls `charpin-remote run`"
+    assert all("--hosts" in i.args for i in runs)
+
+
+def test_every_flag_in_deploy_exists(parsers: dict[str, argparse.ArgumentParser]) -> None:
+    invocations = _invocations(parsers)
+    assert len(invocations) >= 3
+    problems = [p for i in invocations for p in check_invocation(i, parsers)]
+    assert problems == []
+
+
+def test_checker_reports_a_flag_that_does_not_exist(
+    toy: dict[str, argparse.ArgumentParser],
+) -> None:
+    text = "ExecStart=/opt/x/bin/charpin-remote run \\\n    --hosts a,b \\\n    --no-such-flag 3\n"
+    [invocation] = find_invocations(text, "fake.service", toy)
+    assert invocation.args == ("run", "--hosts", "a,b", "--no-such-flag", "3")
+    assert check_invocation(invocation, toy) == [
+        "fake.service:1: `charpin-remote run` has no option --no-such-flag"
+    ]
+
+
+def test_checker_reports_unknown_commands_and_abbreviations(
+    toy: dict[str, argparse.ArgumentParser],
+) -> None:
+    text = "# 1 2 * * * u charpin-remote runn --hosts a\n`charpin-remote --vers`\n"
+    problems = [p for i in find_invocations(text, "f", toy) for p in check_invocation(i, toy)]
+    assert problems == [
+        "f:1: `charpin-remote` has no command 'runn'",
+        "f:2: `charpin-remote` has no option --vers",
+    ]
+
+
+def test_checker_skips_the_account_named_charpin(toy: dict[str, argparse.ArgumentParser]) -> None:
+    text = "sudo -u charpin git fetch && sudo -u charpin /v/bin/charpin-remote --version > log\n"
+    found = find_invocations(text, "f", toy)
+    assert [(i.program, i.args) for i in found] == [("charpin-remote", ("--version",))]
+
+
+def test_every_deploy_file_starts_with_a_header() -> None:
+    for path in DEPLOY_FILES:
+        if path.suffix == ".md":
+            continue
+        head = path.read_text(encoding="utf-8").split("\n\n", 1)[0]
+        assert head.startswith("# "), path
+        assert "Copy to" in head and "Edit" in head, f"{path}: header must say where and what"
+
+
+def _unit(path: Path) -> dict[str, dict[str, str]]:
+    """A tiny systemd unit reader: sections of key=value (continuations joined)."""
+    sections: dict[str, dict[str, str]] = {}
+    current: dict[str, str] = {}
+    for _, line in logical_lines(path.read_text(encoding="utf-8")):
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        key, sep, value = line.partition("=")
+        assert sep, f"{path}: not key=value: {line!r}"
+        current[key.strip()] = value.strip()
+    return sections
+
+
+def test_systemd_units() -> None:
+    service = _unit(DEPLOY / "systemd/charpin-parity.service")["Service"]
+    assert service["Type"] == "oneshot"
+    assert service["User"] == "charpin"
+    assert service["ExecStart"].startswith("/")  # systemd wants an absolute path
+    timer = _unit(DEPLOY / "systemd/charpin-parity.timer")
+    assert timer["Timer"]["OnCalendar"] == "daily"
+    assert timer["Timer"]["Persistent"] == "true"
+    assert timer["Timer"]["RandomizedDelaySec"]
+    assert timer["Install"]["WantedBy"] == "timers.target"
+
+
+def test_cron_line_has_five_time_fields_and_a_user() -> None:
+    lines = (DEPLOY / "cron/charpin-parity").read_text(encoding="utf-8").splitlines()
+    entries = [ln.lstrip("# ") for ln in lines if re.match(r"^#?\s*[\d*]", ln)]
+    assert len(entries) == 1
+    fields = entries[0].split()
+    assert all(re.fullmatch(r"[\d*/,-]+", f) for f in fields[:5])
+    assert fields[5] == "charpin"
+
+
+WORKFLOW = DEPLOY / "ci/nightly-parity.yml"
+
+
+def test_workflow_actions_are_pinned_by_full_sha() -> None:
+    uses = [ln for ln in WORKFLOW.read_text(encoding="utf-8").splitlines() if "uses:" in ln]
+    assert len(uses) >= 2
+    for line in uses:
+        assert _SHA_PIN.match(line), f"not pinned by a full commit sha: {line.strip()}"
+
+
+def test_workflow_structure() -> None:
+    text = WORKFLOW.read_text(encoding="utf-8")
+    assert "\t" not in text
+    top = [ln for ln in text.splitlines() if ln and not ln.startswith((" ", "#"))]
+    assert top[:4] == ["name: nightly-parity", "on:", "permissions: {}", "concurrency:"]
+    assert re.search(r"^  schedule:\n    - cron: \"[^\"]+\"$", text, re.M)
+    assert re.search(r"^  workflow_dispatch:", text, re.M)
+    assert ".charpin/runs/" in text and "include-hidden-files: true" in text
+    assert "$GITHUB_STEP_SUMMARY" in text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("yaml") is None, reason="PyYAML not installed")
+def test_workflow_is_valid_yaml() -> None:
+    import yaml  # type: ignore[import-untyped]
+
+    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    triggers = data.get("on", data.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert "schedule" in triggers and "workflow_dispatch" in triggers
+    assert data["permissions"] == {}
+    steps = data["jobs"]["parity"]["steps"]
+    assert any("upload-artifact" in s.get("uses", "") for s in steps)
+
+
+def test_checker_walks_nested_commands_and_flag_values(
+    toy: dict[str, argparse.ArgumentParser],
+) -> None:
+    text = (
+        "charpin-remote hosts check --hosts run -q\n"
+        "charpin receipt --repo x -- --pytest-flag\n"
+        "charpin-remote hosts check --bogus=1\n"
+    )
+    problems = [p for i in find_invocations(text, "f", toy) for p in check_invocation(i, toy)]
+    assert problems == [
+        "f:1: `charpin-remote hosts check` has no option -q",
+        "f:3: `charpin-remote hosts check` has no option --bogus",
+    ]
