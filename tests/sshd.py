@@ -191,11 +191,13 @@ def start_sshd(
     options: Sequence[str] = (),
     wrap: Sequence[str] = (),
     localtime: str | None = None,
+    sftp: bool = True,
 ) -> SshBox:
     """Start one sshd under base/<name>/ and return the box once its banner answers.
 
     options are extra `Key=Value` sshd settings; wrap is an argv prefix (sshd runs under it);
-    localtime gives the box another system time zone through a private mount namespace.
+    localtime gives the box another system time zone through a private mount namespace;
+    sftp=False leaves the box without an SFTP subsystem (like some hardened servers).
     """
     if not SSHD.exists():
         pytest.skip(f"{SSHD} is not installed (apt-get install openssh-server)")
@@ -235,7 +237,7 @@ def start_sshd(
             "-o", "UsePAM=no",
             "-o", "StrictModes=no",
             "-o", "PermitRootLogin=prohibit-password",
-            "-o", "Subsystem=sftp internal-sftp",
+            *(["-o", "Subsystem=sftp internal-sftp"] if sftp else []),
             "-o", f"SetEnv={setenv}",
             *[arg for opt in options for arg in ("-o", opt)],
         ]  # fmt: skip

@@ -51,7 +51,11 @@ def decode_table(table: Any, *, source: str = "pyproject.toml") -> CharpinConfig
         del strict
         return msgspec.convert(table, CharpinConfig)
     except msgspec.ValidationError as exc:
-        message = str(exc).replace("at `$", f"at `{TABLE_PATH}", 1)
+        message = str(exc)
+        if " - at `$" in message:
+            message = message.replace("at `$", f"at `{TABLE_PATH}", 1)
+        else:  # msgspec leaves the root path out
+            message = f"{message} - at `{TABLE_PATH}`"
         raise ConfigError(f"{source}: {message}") from exc
 
 

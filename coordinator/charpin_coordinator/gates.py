@@ -55,7 +55,7 @@ def evaluate(
     rules: list[tuple[GateName, Callable[[str, Receipt], Verdict]]] = [
         ("Identity", lambda label, r: _identity(r, expected)),
         ("Clean tree", lambda label, r: _clean_tree(r)),
-        ("Fixture integrity", lambda label, r: _fixtures(label, r, base)),
+        ("Fixture integrity", lambda label, r: _fixtures(label, r, receipts, base)),
         ("Collection parity", lambda label, r: _parity(label, r, base, len(receipts))),
         ("Quarantine", lambda label, r: _quarantine(label, r, base)),
         ("Completeness", lambda label, r: _completeness(r)),
@@ -106,14 +106,14 @@ def _state_map(states: list[FileState]) -> dict[str, tuple[object, ...]]:
     return {s.path: (s.kind, s.mode, s.sha256, s.target) for s in states}
 
 
-def _fixtures(label: str, r: Receipt, base: Labeled | None) -> Verdict:
+def _fixtures(label: str, r: Receipt, receipts: Sequence[Labeled], base: Labeled | None) -> Verdict:
     f = r.fixtures
     if not f.roots or set(f.missing_roots) == set(f.roots):
         return "INCOMPLETE", "no watched fixture root exists; set [tool.charpin] watch"
     moved = sorted(
         {*f.added, *f.removed, *f.changed, *f.type_changed, *f.mode_changed, *f.escaping_symlinks}
     )
-    blamed = _blamed_paths(label, r, base)
+    blamed = _blamed_paths(label, r, receipts, base)
     if moved or blamed:
         parts = []
         if moved:
@@ -121,31 +121,33 @@ def _fixtures(label: str, r: Receipt, base: Labeled | None) -> Verdict:
         if f.escaping_symlinks:
             parts.append("symlinks out of the root: " + _list(f.escaping_symlinks))
         if blamed:
-            parts.append("differs from the baseline before the run: " + _list(blamed))
+            parts.append("differs from another box before the run: " + _list(blamed))
         return "FAIL", "; ".join(parts)
     count = len(f.before)
     return "PASS", f"{count} watched file(s) unchanged"
 
 
-def _blamed_paths(label: str, r: Receipt, base: Labeled | None) -> list[str]:
-    """Watched paths whose starting state differs from the baseline's, attributed to this box.
+def _blamed_paths(label: str, r: Receipt, receipts: Sequence[Labeled], base: Labeled | None) -> list[str]:
+    """Watched paths whose starting state differs from another box's, attributed to this box.
 
-    A difference is this box's fault when the path is uncommitted here, the baseline's when it is
-    uncommitted there, and otherwise the non-baseline box's.
+    A difference is this box's fault when the path is uncommitted here; the other box's when it
+    is uncommitted there; otherwise it is blamed on the box that is not the baseline.
     """
-    if base is None:
-        return []
-    base_label, b = base
-    mine, theirs = _state_map(r.fixtures.before), _state_map(b.fixtures.before)
-    blamed = []
-    for path in sorted(set(mine) | set(theirs)):
-        if mine.get(path) == theirs.get(path):
+    base_label = base[0] if base else None
+    mine = _state_map(r.fixtures.before)
+    blamed: set[str] = set()
+    for other_label, other in receipts:
+        if other_label == label:
             continue
-        dirty_here = path in r.tree.dirty_before
-        dirty_there = path in b.tree.dirty_before
-        if dirty_here or (label != base_label and not dirty_there):
-            blamed.append(path)
-    return blamed
+        theirs = _state_map(other.fixtures.before)
+        for path in set(mine) | set(theirs):
+            if mine.get(path) == theirs.get(path):
+                continue
+            if path in r.tree.dirty_before or (
+                path not in other.tree.dirty_before and label != base_label
+            ):
+                blamed.add(path)
+    return sorted(blamed)
 
 
 def _parity(label: str, r: Receipt, base: Labeled | None, count: int) -> Verdict:

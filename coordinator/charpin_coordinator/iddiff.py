@@ -50,7 +50,22 @@ def _merge(old: Sequence[str], new: Sequence[str]) -> list[tuple[str, str]]:
             j += 1
     ops.extend(("-", item) for item in old[i:])
     ops.extend(("+", item) for item in new[j:])
-    return ops
+    return _removals_first(ops)
+
+
+def _removals_first(ops: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Within each run of changes put removals before additions, as unified diffs do."""
+    out: list[tuple[str, str]] = []
+    run: list[tuple[str, str]] = []
+    for op in ops:
+        if op[0] == " ":
+            out.extend(sorted(run, key=lambda o: o[0] != "-"))
+            run = []
+            out.append(op)
+        else:
+            run.append(op)
+    out.extend(sorted(run, key=lambda o: o[0] != "-"))
+    return out
 
 
 def _hunks(changed: list[int], total: int) -> list[tuple[int, int]]:

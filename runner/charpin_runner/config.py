@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from charpin_runner.errors import ConfigError
 from charpin_runner.pins.config import PinsConfig
@@ -40,13 +40,13 @@ BASE_ENV_ALLOW = (
 class CharpinConfig:
     """The `[tool.charpin]` table; every key is optional."""
 
-    test_command: list[str] | None = None
+    test_command: Optional[list[str]] = None
     pytest_args: list[str] = field(default_factory=list)
     watch: list[str] = field(default_factory=lambda: list(DEFAULT_WATCH))
     outputs: list[str] = field(default_factory=list)
     ledger: str = DEFAULT_LEDGER
     env_allow: list[str] = field(default_factory=list)
-    timeout: float | None = None
+    timeout: Optional[float] = None
     setup: list[str] = field(default_factory=list)
     inventory: str = DEFAULT_INVENTORY
     pins: PinsConfig = field(default_factory=PinsConfig)

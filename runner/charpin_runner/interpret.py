@@ -2,7 +2,9 @@
 
 Pure: no I/O. The exit status alone is not trusted (os._exit(0) mid-run, atexit hooks, a
 conftest that rewrites reports); it is reconciled with what the probe saw, and every finding
-that disagrees becomes one human line in `reasons` and turns the verdict into `incomplete`.
+that contradicts it becomes one human line in `reasons` and turns ok/failed/no-tests into
+`incomplete`. The probe's other notes (a leaked frozen test, -x stopping early) follow as
+informational lines that do not change the verdict.
 """
 
 from __future__ import annotations
@@ -50,43 +52,48 @@ class Ending:
 
 def interpret(ending: Ending, probe: ProbeData, extra_reasons: tuple[str, ...] = ()) -> Exit:
     """Combine the measured ending with the probe's evidence into the receipt's exit block."""
-    reasons = _evidence(ending.status, probe) + list(extra_reasons)
+    findings = _findings(ending.status, probe) + list(extra_reasons)
     if ending.interrupted:
         verdict: Interpretation = "interrupted"
-        reasons.insert(
+        findings.insert(
             0, "charpin was interrupted (SIGINT/SIGTERM); the test process group was killed"
         )
     elif ending.timed_out:
         verdict = "timed-out"
         limit = f"{ending.timeout:g} s " if ending.timeout is not None else ""
-        reasons.insert(0, f"the test command ran past its {limit}deadline and was killed")
+        findings.insert(0, f"the test command ran past its {limit}deadline and was killed")
     else:
         verdict = _PYTEST_CODES.get(ending.status, "incomplete")
         if verdict == "incomplete":
-            reasons.insert(0, _odd_status(ending.status))
-        elif verdict in _DEMOTABLE and reasons:
+            findings.insert(0, _odd_status(ending.status))
+        elif verdict in _DEMOTABLE and findings:
             verdict = "incomplete"
     return Exit(
         status=ending.status,
         interpretation=verdict,
-        reasons=reasons,
+        reasons=findings + _notes(probe, findings),
         pytest_status=probe.pytest_status,
     )
 
 
-def _evidence(status: int, probe: ProbeData) -> list[str]:
-    """Every way the probe's record disagrees with a clean, complete run ending in status."""
+def _findings(status: int, probe: ProbeData) -> list[str]:
+    """Every way the probe's record contradicts a clean, complete run ending in status."""
     if not probe.started:
-        return ["the test session never started: the charpin plugin did not load (is it pytest?)"]
+        return [_NEVER_STARTED]
     reasons: list[str] = []
     if not probe.session_finished:
-        reasons.append("the test session never finished: os._exit() or a crash")
+        reasons.append(_NEVER_FINISHED)
     elif probe.pytest_status is not None and probe.pytest_status != status:
         reasons.append(
             f"pytest finished with status {probe.pytest_status} but the process exited with "
             f"{status}: the exit status was rewritten (atexit or os._exit)"
         )
-    reasons.extend(f"the probe noted: {note}" for note in probe.notes)
+    if probe.rewritten:
+        reasons.append(f"another hook rewrote the outcome of {_few(sorted(probe.rewritten))}")
+    if probe.late_dropped:
+        reasons.append(
+            f"a hook removed selected tests after the ledger applied: {_few(probe.late_dropped)}"
+        )
     if status == 0:
         reasons.extend(_unexecuted(probe))
         bad = sorted(n for n, o in probe.outcomes.items() if o in ("failed", "error"))
@@ -96,6 +103,34 @@ def _evidence(status: int, probe: ProbeData) -> list[str]:
                 "the exit status was masked"
             )
     return reasons
+
+
+_NEVER_STARTED = "the test session never started: the charpin plugin did not load (is it pytest?)"
+_NEVER_FINISHED = "the test session never finished: os._exit() or a crash"
+# Probe notes that say again what one of our findings (by its first words) already says.
+_SAID_BY: dict[str, tuple[str, ...]] = {
+    "the test session never started": ("the probe never recorded", "probe record "),
+    "the test session never finished": ("the test session never finished",),
+    "another hook rewrote": ("outcome of ",),
+    "a hook removed selected": ("selected ids removed by a hook",),
+}
+_SAID_BY_COUNT: dict[str, tuple[str, ...]] = {
+    "selected test(s) never executed": ("selected but never executed",),
+    "executed test(s) were never selected": ("executed although not selected",),
+}
+
+
+def _notes(probe: ProbeData, findings: list[str]) -> list[str]:
+    """The probe's own notes (informational), minus those a finding already states."""
+    covered: list[str] = []
+    for finding in findings:
+        for start, prefixes in _SAID_BY.items():
+            if finding.startswith(start):
+                covered.extend(prefixes)
+        for middle, prefixes in _SAID_BY_COUNT.items():
+            if middle in finding:
+                covered.extend(prefixes)
+    return [f"probe: {n}" for n in probe.notes if not n.startswith(tuple(covered))]
 
 
 def _unexecuted(probe: ProbeData) -> list[str]:

@@ -218,7 +218,8 @@ class Probe:
     @staticmethod
     def _open(path: Path) -> IO[str]:
         try:
-            return open(path, "w", encoding="utf-8", newline="\n")
+            # Line buffered: a run cut short by os._exit() keeps every line written so far.
+            return open(path, "w", buffering=1, encoding="utf-8", newline="\n")
         except OSError as exc:
             raise pytest.UsageError(
                 f"cannot write the charpin probe record {path} ({exc.strerror}); "
@@ -230,11 +231,9 @@ class Probe:
             self.out.close()
             self.out = None
 
-    def _emit(self, record: dict[str, Any], flush: bool = False) -> None:
+    def _emit(self, record: dict[str, Any]) -> None:
         if self.out is not None:
             self.out.write(json.dumps(record, separators=(",", ":")) + "\n")
-            if flush:
-                self.out.flush()
 
     def _id(self, nodeid: str) -> str:
         return self.prefix + nodeid
@@ -251,7 +250,7 @@ class Probe:
         }
         if self.notes:
             start["notes"] = self.notes
-        self._emit(start, flush=True)
+        self._emit(start)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -262,7 +261,7 @@ class Probe:
         for nodeid in sorted(self.phases):
             self._finish_test(nodeid, self.phases.pop(nodeid))
         leaked = sorted(self.frozen & self.executed)
-        self._emit({"kind": "finish", "exitstatus": int(exitstatus), "leaked": leaked}, True)
+        self._emit({"kind": "finish", "exitstatus": int(exitstatus), "leaked": leaked})
 
     # -- collection ---------------------------------------------------------------------------
 
@@ -381,7 +380,7 @@ class Probe:
     def _emit_collection(self, record: dict[str, Any]) -> None:
         line = {"kind": "collection"}
         line.update(record)
-        self._emit(line, flush=True)
+        self._emit(line)
 
     # -- xdist controller ---------------------------------------------------------------------
 
@@ -464,7 +463,9 @@ class Probe:
             return  # the controller records this report when xdist relays it
         nodeid = self._id(report.nodeid)
         if when == "setup":
+            # Written now, not at teardown, so a test that kills the process still shows up.
             self.executed.add(nodeid)
+            self._emit({"kind": "setup", "nodeid": nodeid})
         phases = self.phases.setdefault(nodeid, {})
         phases[when] = report
         if when == "teardown":
@@ -490,8 +491,6 @@ class Probe:
             "outcome": _outcome(phases),
             "duration": round(sum(rep.duration for rep in phases.values()), 6),
         }
-        if "setup" not in phases:
-            line["setup"] = False
         if "teardown" not in phases:
             line["incomplete"] = True
         self._emit(line)

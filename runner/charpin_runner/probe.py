@@ -1,9 +1,19 @@
 """The probe record: what the pytest plugin saw, as JSON lines. Runs on boxes; stdlib only.
 
-The plugin (plugin.py) appends one JSON object per line to the path given by --charpin-receipt;
+The plugin (plugin.py) writes one JSON object per line to the path given by --charpin-receipt;
 the parent (`charpin receipt`) reads it back with read_probe() and folds it into the receipt.
-Lines are written as the run goes, so a run killed by os._exit() still leaves its collection
-behind, while the missing "finish" line tells the parent the session never ended.
+Lines are written as the run goes (line buffered), so a run killed by os._exit() still leaves its
+collection and the tests it started behind, while the missing "finish" line tells the parent the
+session never ended. Line kinds, in the order they usually appear:
+
+* start       pytest_version, plugins, conftests (those loaded before collection)
+* collection  collected, order, filtered, dropped, selected, late_dropped, ledger, conftests, notes
+* setup       nodeid: the test's setup phase was reported (so it counts as executed)
+* report      nodeid, outcome, duration: one per test, after its teardown
+* rewritten   nodeid, when, seen, reported: another hook changed an outcome after pytest made it
+* finish      exitstatus, leaked
+
+Under pytest-xdist the collection line comes after the reports (workers send it at the end).
 """
 
 from __future__ import annotations
@@ -178,10 +188,12 @@ def _read_report(data: ProbeData, record: dict[str, Any]) -> None:
         data.notes.append(f"{nodeid} was reported twice; the last report is kept")
     data.outcomes[nodeid] = outcome
     data.durations[nodeid] = float(duration)
-    if record.get("setup", True) is not False:
-        data.executed.append(nodeid)
     if record.get("incomplete") is True:
         data.notes.append(f"{nodeid} never reported its teardown (interrupted or crashed)")
+
+
+def _read_setup(data: ProbeData, record: dict[str, Any]) -> None:
+    data.executed.append(_str(record["nodeid"]))
 
 
 def _read_rewritten(data: ProbeData, record: dict[str, Any]) -> None:
@@ -209,6 +221,7 @@ def _read_finish(data: ProbeData, record: dict[str, Any]) -> None:
 _HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {
     "start": _read_start,
     "collection": _read_collection,
+    "setup": _read_setup,
     "report": _read_report,
     "rewritten": _read_rewritten,
     "finish": _read_finish,
@@ -227,6 +240,9 @@ def _explain(data: ProbeData) -> None:
         data.notes.append("the probe never recorded a session start")
     if data.started and not data.session_finished:
         data.notes.append("the test session never finished (no finish line): it ended early")
+    unreported = sorted(set(data.executed) - set(data.outcomes))
+    if unreported:
+        data.notes.append(f"started but never reported an outcome: {_few(unreported)}")
     if not data.collection_done:
         return
     if data.late_dropped:

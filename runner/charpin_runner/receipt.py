@@ -15,7 +15,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 SCHEMA_VERSION = 1
 
@@ -38,9 +38,9 @@ class Identity:
     head_after: str
     tree_before: str
     tree_after: str
-    expected_commit: str | None
-    patch_sha256: str | None
-    snapshot_sha256: str | None
+    expected_commit: Optional[str]
+    patch_sha256: Optional[str]
+    snapshot_sha256: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ class FileState:
     path: str
     kind: FileKind
     mode: int
-    sha256: str | None
-    target: str | None
+    sha256: Optional[str]
+    target: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,8 @@ class Widening:
 class Quarantine:
     """The flake ledger as it applied to this run."""
 
-    ledger_path: str | None
-    ledger_sha256: str | None
+    ledger_path: Optional[str]
+    ledger_sha256: Optional[str]
     entries: int
     frozen: list[str]
     stale: list[str]
@@ -133,18 +133,18 @@ class PinResult:
 
     id: str
     status: PinStatus
-    exit_code: int | None
+    exit_code: Optional[int]
     stdout_sha256: str
     stderr_sha256: str
     files: dict[str, str]
-    failure_class: str | None
+    failure_class: Optional[str]
 
 
 @dataclass(frozen=True)
 class Pins:
     """Pin replay results; replayed is False when the repository declares no pins."""
 
-    source: str | None
+    source: Optional[str]
     replayed: bool
     results: list[PinResult]
 
@@ -156,7 +156,7 @@ class Exit:
     status: int
     interpretation: Interpretation
     reasons: list[str]
-    pytest_status: int | None
+    pytest_status: Optional[int]
 
 
 @dataclass(frozen=True)
@@ -174,8 +174,8 @@ class Environment:
     omitted_variables: int
     conftest_sha256: dict[str, str]
     plugins: list[str]
-    pytest_version: str | None
-    host_key_fingerprint: str | None
+    pytest_version: Optional[str]
+    host_key_fingerprint: Optional[str]
     host_key_accepted_new: bool
 
 

@@ -19,7 +19,13 @@ from charpin_runner import gitstate
 from charpin_runner.errors import EXIT_INTERRUPTED, UsageError
 from charpin_runner.interpret import EXIT_CODES
 from charpin_runner.receipt import OUTCOMES, Receipt, dumps, write_atomic
-from charpin_runner.run_receipt import Request, new_run_id, produce, stop_on_signals
+from charpin_runner.run_receipt import (
+    Request,
+    ensure_receipt_folder,
+    new_run_id,
+    produce,
+    stop_on_signals,
+)
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
@@ -62,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     with stop_on_signals() as stop:
         receipt = produce(request, stop)
         try:
+            ensure_receipt_folder(repo, output.parent)
             write_atomic(output, dumps(receipt))
         except FileExistsError:
             raise UsageError(f"{output} appeared during the run; pass another -o PATH") from None
@@ -162,8 +169,8 @@ def summary_lines(receipt: Receipt, path: str) -> list[str]:
         f"tests     collected {len(col.collected)} · ledger-deselected {len(col.deselected)}"
         f" · selected {len(col.selected)} · executed {len(col.executed)}",
         f"outcomes  {outcomes}",
-        f"fixtures  {', '.join(fx.roots) or 'none watched'}: {len(fx.after)} files · "
-        + _fixture_changes(receipt),
+        f"fixtures  {', '.join(fx.roots) or 'none watched'}: {len(fx.after)} file"
+        f"{_plural(len(fx.after))} · " + _fixture_changes(receipt),
         f"exit      {ex.status} → {ex.interpretation} · receipt {path}",
     ]
 

@@ -153,6 +153,16 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     )
 
 
+def ensure_receipt_folder(repo: Path, folder: Path) -> None:
+    """Create folder; a new `.charpin/` in the repository ignores itself, so receipts never
+    show up as untracked files in the next receipt or in `git status`."""
+    own = repo / ".charpin"
+    if not own.exists() and (folder == own or own in folder.parents):
+        own.mkdir()
+        (own / ".gitignore").write_text("# written by charpin\n*\n", encoding="utf-8")
+    folder.mkdir(parents=True, exist_ok=True)
+
+
 def ledger_path(repo: Path, config: CharpinConfig) -> str | None:
     """The ledger's repo-relative path when the file exists; a missing explicit one is an error."""
     rel = fixtures.check_roots([config.ledger], key="ledger")[0]

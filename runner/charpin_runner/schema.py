@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import types
 import typing
 from typing import Any, TypeVar, Union
 
 from charpin_runner.errors import ConfigError
 
 T = TypeVar("T")
+
+# `X | Y` annotations (PEP 604) evaluate to types.UnionType on Python >= 3.10 only.
+_UnionType = getattr(types, "UnionType", None)
 
 _JSON_NAMES = {
     str: "str",
@@ -53,7 +57,7 @@ def _convert(value: Any, tp: Any, path: str, error: type[ConfigError]) -> Any:
     args = typing.get_args(tp)
     if tp is Any:
         return value
-    if origin is Union:
+    if origin is Union or (_UnionType is not None and origin is _UnionType):
         return _convert_union(value, args, path, error)
     if origin is typing.Literal:
         if value not in args:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import charpin_runner
 import pytest
-
 from charpin_coordinator.remote import bundle
 
 FLOOR_PY = "/root/.pyenv/versions/3.9.18/bin/python3.9"
@@ -56,6 +55,7 @@ def test_runs_receipt_help_under_isolated_python(tmp_path: Path, python: str) ->
     pyz = tmp_path / "runner.pyz"
     pyz.write_bytes(bundle.runner_bundle().data)
     done = subprocess.run([python, "-I", "-S", str(pyz), "receipt", "--help"],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                          check=False, capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "--expected-commit" in done.stdout

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from charpin_runner.errors import IntegrityError, UsageError
-
 from charpin_coordinator.remote import snapshot
 from charpin_coordinator.remote.transport import LocalTransport
+from charpin_runner.errors import IntegrityError, UsageError
+
 from tests.conftest import git, make_repo
 
 PY = sys.executable

@@ -74,11 +74,29 @@ TABLE: list[tuple[str, Ending, ProbeData, Interpretation, str]] = [
         "never selected: t.py::c",
     ),
     (
-        "rewritten report note",
+        "rewritten report",
         Ending(0),
-        probe(notes=["rewritten: t.py::b failed→passed"]),
+        probe(rewritten=["t.py::b"], notes=["outcome of t.py::b (call phase) rewritten"]),
         "incomplete",
-        "rewritten",
+        "rewrote the outcome of t.py::b",
+    ),
+    (
+        "hook dropped tests late",
+        Ending(0),
+        probe(late_dropped=["t.py::b"], executed=IDS[:1]),
+        "incomplete",
+        "removed selected tests after the ledger applied: t.py::b",
+    ),
+    (
+        "failure under -x leaves tests unexecuted",
+        Ending(1),
+        probe(
+            **FAILED,
+            selected=[*IDS, "t.py::c"],
+            notes=["selected but never executed: t.py::c"],
+        ),
+        "failed",
+        "probe: selected but never executed: t.py::c",
     ),
     ("masked failure", Ending(0), probe(**{**FAILED, "pytest_status": 0}), "incomplete", "masked"),
     ("atexit rewrote status", Ending(0), probe(**FAILED), "incomplete", "rewritten (atexit"),
@@ -133,3 +151,16 @@ def test_exit_code_mapping_covers_every_interpretation() -> None:
         "interrupted": 130,
         "internal-error": 1,
     }
+
+
+def test_informational_notes_do_not_demote_and_repeats_are_dropped() -> None:
+    leak = "frozen ids executed anyway: t.py::a"
+    ok = interpret(Ending(0), probe(notes=[leak]))
+    assert (ok.interpretation, ok.reasons) == ("ok", [f"probe: {leak}"])
+    seen = probe(
+        session_finished=False,
+        notes=["the test session never finished (no finish line): it ended early"],
+    )
+    assert interpret(Ending(0), seen).reasons == [
+        "the test session never finished: os._exit() or a crash"
+    ]

@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from charpin_runner.cli import main
+from charpin_runner.config import CharpinConfig
 from charpin_runner.inventory.build import build_inventory
 from charpin_runner.inventory.model import Entry, Inventory, find
-from charpin_runner.config import CharpinConfig
 
 RUNNER_ROOT = Path(__file__).resolve().parents[2] / "runner"
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
@@ -136,7 +135,9 @@ def test_import_time_effects_exclude_function_bodies_and_main_block(shop: Path) 
 
 def test_syntax_error_is_a_note_not_a_crash(shop: Path) -> None:
     inv = _inv(shop)
-    assert any(n.startswith("tools/broken.py: not parsed (SyntaxError at line 1") for n in inv.notes)
+    assert any(
+        n.startswith("tools/broken.py: not parsed (SyntaxError at line 1") for n in inv.notes
+    )
 
 
 def test_skipped_folders_are_not_scanned(shop: Path) -> None:
@@ -149,17 +150,21 @@ def test_skipped_folders_are_not_scanned(shop: Path) -> None:
 
 def test_table_marks_unpinned_entries(shop: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (shop / "pins.jsonl").write_text(
-        json.dumps({"id": "a", "argv": ["tools/cron_job.py", "--dry"]}) + "\n"
-        + json.dumps({"id": "b", "argv": ["python", "-m", "shop"]}) + "\nnot json\n"
+        json.dumps({"id": "a", "argv": ["tools/cron_job.py", "--dry"]})
+        + "\n"
+        + json.dumps({"id": "b", "argv": ["python", "-m", "shop"]})
+        + "\nnot json\n"
     )
     case = shop / "cases" / "export"
     case.mkdir(parents=True)
     (case / "argv.json").write_text('["/venv/bin/shop-export", "--all"]')
     assert main(["inventory", "--repo", str(shop)]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line.split()[-1] for line in out.splitlines() if line.startswith(
-        ("tools/", "python", "shop-")
-    )}
+    rows = {
+        line.split()[0]: line.split()[-1]
+        for line in out.splitlines()
+        if line.startswith(("tools/", "python", "shop-"))
+    }
     assert rows["tools/cron_job.py"] == "yes"
     assert rows["python"] == "yes"  # python -m shop
     assert rows["shop-export"] == "yes"
@@ -184,9 +189,13 @@ def test_write_then_check_is_green_and_deterministic(
     assert main(["inventory", "--repo", str(shop), "--write"]) == 0
     assert (shop / "charpin-inventory.json").read_bytes() == first
     doc = json.loads(first)
-    assert [e["name"] for e in doc["entries"]] == sorted(
-        [e["name"] for e in doc["entries"] if e["kind"] == "main-block"]
-    ) + ["shop"] + sorted(["shop-export", "shop-Report", "shop-sync"])
+    assert [e["name"] for e in doc["entries"]] == [
+        "tools/cron_job.py",
+        "shop",
+        "shop-Report",
+        "shop-export",
+        "shop-sync",
+    ]
     capsys.readouterr()
     assert main(["inventory", "--repo", str(shop), "--check"]) == 0
     assert "matches charpin-inventory.json" in capsys.readouterr().out
@@ -229,13 +238,18 @@ def test_inventory_path_comes_from_config(shop: Path, capsys: pytest.CaptureFixt
     assert not (shop / "charpin-inventory.json").exists()
 
 
-def test_json_output_lists_effects_and_notes(shop: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_output_lists_effects_and_notes(
+    shop: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["inventory", "--repo", str(shop), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     shop_entry = next(e for e in doc["entries"] if e["kind"] == "main-module")
-    assert {"file": "shop/settings.py", "line": 6, "kind": "cwd", "detail": "Path.cwd()"} in shop_entry[
-        "import_effects"
-    ]
+    assert {
+        "file": "shop/settings.py",
+        "line": 6,
+        "kind": "cwd",
+        "detail": "Path.cwd()",
+    } in shop_entry["import_effects"]
     assert any("tools/broken.py" in n for n in doc["notes"])
 
 
@@ -268,3 +282,36 @@ def test_runs_on_python_39_and_says_why_pyproject_is_skipped(shop: Path) -> None
     names = {e["name"] for e in doc["entries"]}
     assert "shop-Report" in names and "shop-sync" in names and "shop-export" not in names
     assert any("no tomllib" in n for n in doc["notes"])
+
+
+def test_class_bodies_decorators_and_defaults_run_at_import(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "tool.py").write_text(
+        "import os\n"
+        "class Settings:\n"
+        "    region = os.environ['CLS_REGION']\n"
+        "    def method(self):\n"
+        "        return os.environ['IN_METHOD']\n"
+        "def f(x=os.getenv('DEFAULT_ARG'), y=lambda: os.getenv('IN_LAMBDA')):\n"
+        "    return x\n"
+        "if __name__ == '__main__':\n"
+        "    f()\n"
+    )
+    (tmp_path / "pins.jsonl").write_text('{"argv": ["python3", "-m", "pkg.tool"]}\n')
+    entry = _get(_inv(tmp_path), "main-block", "pkg/tool.py")
+    assert entry.target == "pkg.tool" and entry.pinned
+    assert entry.env == ["CLS_REGION", "DEFAULT_ARG", "IN_LAMBDA", "IN_METHOD"]
+    assert [(f.line, f.detail) for f in entry.effects] == [(3, "CLS_REGION"), (6, "DEFAULT_ARG")]
+
+
+def test_environ_writes_are_not_reads_and_whole_env_use_is_dynamic(tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(
+        "import os, subprocess\n"
+        "os.environ['SET_ONLY'] = '1'\n"
+        "os.environ.update(X='1')\n"
+        "if __name__ == '__main__':\n"
+        "    subprocess.run(['true'], env=dict(os.environ))\n"
+    )
+    entry = _get(_inv(tmp_path), "main-block", "job.py")
+    assert entry.env == [] and entry.dynamic_env == 1

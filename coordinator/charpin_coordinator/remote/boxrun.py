@@ -19,9 +19,10 @@ from typing import Any, get_args
 from charpin_runner.errors import CharpinError, IntegrityError
 from charpin_runner.receipt import Receipt
 
+from charpin_coordinator.receipts import load_receipt
 from charpin_coordinator.remote import snapshot
 from charpin_coordinator.remote.bundle import RunnerBundle
-from charpin_coordinator.remote.transport import Transport
+from charpin_coordinator.remote.transport import Completed, Transport
 from charpin_coordinator.report import NotEvaluated, NotEvaluatedKind
 
 MAX_LOG_BYTES = 8 * 1024 * 1024
@@ -78,7 +79,7 @@ class BoxOutcome:
     phases: dict[str, float] = field(default_factory=dict)
 
 
-class BoxFailure(Exception):
+class StepError(Exception):
     """A box-side problem with its NotEvaluated kind (internal to this module)."""
 
     def __init__(self, kind: str, reason: str):
@@ -95,9 +96,9 @@ def run_box(target: BoxTarget, plan: RunPlan, phase: Phase, stop: threading.Even
         phase(target.label, "connect")
         box = target.connect()
         _Pipeline(box, target, plan, phase, stop, out).run()
-    except BoxFailure as exc:
+    except StepError as exc:
         out.not_evaluated = _not_evaluated(target.label, exc.kind, exc.reason)
-    except Exception as exc:  # noqa: BLE001 - one box's surprise must not hide the others
+    except Exception as exc:
         out.not_evaluated = _not_evaluated(target.label, _kind_of(exc), _one_line(exc))
     finally:
         if box is not None:
@@ -141,10 +142,10 @@ class _Pipeline:
              self.plan.repo_key, self.plan.runner.name, "1" if setup else "0"],
             timeout=_STEP_TIMEOUT)
         if done.returncode != 0 or not done.stdout.strip():
-            raise BoxFailure("unsupported-box", _unsupported(self.target, done.stderr))
+            raise StepError("unsupported-box", _unsupported(self.target, done.stderr))
         prep: dict[str, Any] = json.loads(done.stdout)
         if prep.get("problem"):
-            raise BoxFailure("unsupported-box", f"{self.target.label}: {prep['problem']}")
+            raise StepError("unsupported-box", f"{self.target.label}: {prep['problem']}")
         self.paths = {k: str(v) for k, v in prep["paths"].items()}
         return prep
 
@@ -166,7 +167,7 @@ class _Pipeline:
                 dest=self.paths["src"])
             snapshot.check_identity(snap, got, self.target.label)
         except IntegrityError as exc:
-            raise BoxFailure("snapshot-integrity", str(exc)) from exc
+            raise StepError("snapshot-integrity", str(exc)) from exc
         return bundle.sha256 if bundle else None
 
     def _setup_commands(self) -> list[str]:
@@ -177,7 +178,7 @@ class _Pipeline:
         commands = self._setup_commands()
         if not commands:
             if not prep["has_pytest"]:
-                raise BoxFailure("setup-failed", (
+                raise StepError("setup-failed", (
                     f"{self.target.label}: {self.python} cannot import pytest; add "
                     "setup = [\"pip install pytest\"] to [tool.charpin] (or the host's table)"))
             return self.python
@@ -186,7 +187,7 @@ class _Pipeline:
              json.dumps(commands), str(self._deadline())],
             timeout=self._deadline() + 30)
         if done.returncode != 0 or done.timed_out:
-            raise BoxFailure("setup-failed", f"{self.target.label}: setup failed: "
+            raise StepError("setup-failed", f"{self.target.label}: setup failed: "
                              f"{_tail(done.stderr)}")
         return str(json.loads(done.stdout)["python"])
 
@@ -236,7 +237,7 @@ class _Pipeline:
             why = "interrupted before it wrote a receipt" if self.out.interrupted else (
                 f"the runner wrote no receipt ({_one_line(exc)}); its stderr: "
                 f"{_tail(self.out.stderr)}")
-            raise BoxFailure("interrupted" if self.out.interrupted else "runner-failed",
+            raise StepError("interrupted" if self.out.interrupted else "runner-failed",
                              f"{self.target.label}: {why}") from exc
         self.out.raw_receipt = raw
         self.out.receipt = _decode(raw, self.target.label)
@@ -247,27 +248,25 @@ class _Pipeline:
         except (IntegrityError, OSError) as exc:
             return f"(charpin-remote: {name}.log not fetched: {_one_line(exc)})\n".encode()
 
-    def _step(self, argv: list[str], what: str, *, timeout: float = _STEP_TIMEOUT) -> Any:
+    def _step(self, argv: list[str], what: str, *, timeout: float = _STEP_TIMEOUT) -> Completed:
         done = self.box.run(argv, timeout=timeout)
         if done.returncode != 0 or done.timed_out:
-            raise BoxFailure("runner-failed", f"{self.target.label}: {what} failed: "
+            raise StepError("runner-failed", f"{self.target.label}: {what} failed: "
                              f"{_tail(done.stderr)}")
         return done
 
     def _check_stop(self) -> None:
         if self.stop.is_set():
             self.out.interrupted = True
-            raise BoxFailure("interrupted", f"{self.target.label}: interrupted before the tests ran")
+            raise StepError("interrupted", f"{self.target.label}: interrupted before the tests ran")
 
 
 def _decode(raw: bytes, label: str) -> Receipt:
     """The one place receipts are decoded: strictly, as untrusted input."""
-    from charpin_coordinator.receipts import load_receipt  # noqa: PLC0415
-
     try:
         return load_receipt(raw, source=f"{label}:receipt.json", max_bytes=MAX_RECEIPT_BYTES)
     except IntegrityError as exc:
-        raise BoxFailure("receipt-refused", str(exc)) from exc
+        raise StepError("receipt-refused", str(exc)) from exc
 
 
 def _not_evaluated(label: str, kind: str, reason: str) -> NotEvaluated:
@@ -293,7 +292,7 @@ def _unsupported(target: BoxTarget, stderr: bytes) -> str:
 def _close(box: Transport) -> None:
     try:
         box.close()
-    except Exception:  # noqa: BLE001, S110 - closing a dead connection is best effort
+    except Exception:  # noqa: S110 - closing a dead connection is best effort
         pass
 
 

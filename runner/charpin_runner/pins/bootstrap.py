@@ -11,7 +11,7 @@ from __future__ import annotations
 
 ENV_VAR = "CHARPIN_ENV_READS"
 
-BOOTSTRAP = r'''
+BOOTSTRAP = r"""
 import os, sys
 _out = os.environ.pop("CHARPIN_ENV_READS", None)
 _reads = set()
@@ -61,4 +61,4 @@ def _main():
 
 
 _main()
-'''
+"""

@@ -58,17 +58,23 @@ def add_parsers(sub: Any) -> None:
         help="re-record existing goldens (all, or the pin ID; repeatable); refused when CI is set",
     )
     rec.add_argument("--id", dest="pin_id", help="add a new pins.jsonl pin with this id")
-    rec.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="env of the new pin")
+    rec.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="env of the new pin"
+    )
     rec.add_argument("--stdin", default=None, metavar="FILE", help="stdin of the new pin")
     rec.add_argument("--cwd-rel", default=".", help="cwd of the new pin, inside its work folder")
     rec.add_argument("--fixtures", default=None, help="repo folder copied as the work folder")
-    rec.add_argument("command", nargs="*", help="after --: the script (*.py) or command and its args")
+    rec.add_argument(
+        "command", nargs="*", help="after --: the script (*.py) or command and its args"
+    )
     rec.set_defaults(handler=_record)
 
     chk = pins_sub.add_parser("check", help="replay every pin; exit 0 green, 2 drift")
     common(chk)
     chk.add_argument("--prove", action="store_true", help="also prove the comparator can fail")
-    chk.add_argument("--id", dest="ids", action="append", default=[], help="only this pin (repeatable)")
+    chk.add_argument(
+        "--id", dest="ids", action="append", default=[], help="only this pin (repeatable)"
+    )
     chk.set_defaults(handler=_check)
 
     cov = pins_sub.add_parser("cover", help="lines and branches of the entry points no pin runs")
@@ -195,16 +201,27 @@ def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> L
     """Pins to record: pending ones, plus those named by --update; refuse silent overwrites."""
     updates: List[str] = args.update or []
     if updates and os.environ.get("CI"):
-        raise UsageError("refusing --update while CI is set; re-record pins locally and commit them")
+        raise UsageError(
+            "refusing --update while CI is set; re-record pins locally and commit them"
+        )
     existing = {p.case.id: p for p in pin_set.all}
     for pin_id in updates:
         if pin_id != _ALL and pin_id not in existing:
-            raise UsageError(f"--update {pin_id}: no such pin; see the ids in {pin_set.jsonl_path.name}")
+            raise UsageError(
+                f"--update {pin_id}: no such pin; see the ids in {pin_set.jsonl_path.name}"
+            )
     wanted = [p for p in pin_set.all if p.golden is None]
     if new is not None:
         old = existing.get(new.id)
-        if old is not None and old.golden is not None and new.id not in updates and _ALL not in updates:
-            raise UsageError(f"pin {new.id} already has a golden; pass --update {new.id} to replace it")
+        if (
+            old is not None
+            and old.golden is not None
+            and new.id not in updates
+            and _ALL not in updates
+        ):
+            raise UsageError(
+                f"pin {new.id} already has a golden; pass --update {new.id} to replace it"
+            )
         if old is not None and old.case.origin != new.origin:
             raise UsageError(f"pin {new.id} is a case folder ({old.case.origin}); pick another id")
         wanted = [p for p in wanted if p.case.id != new.id]

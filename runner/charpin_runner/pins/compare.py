@@ -67,7 +67,10 @@ def compare(golden: Observation, actual: Observation, modes: bool = True) -> Lis
     found = set()
     if golden.exit_code != actual.exit_code:
         found.add(EXIT_CODE)
-    for name, want, got in ((STDOUT, golden.stdout, actual.stdout), (STDERR, golden.stderr, actual.stderr)):
+    for name, want, got in (
+        (STDOUT, golden.stdout, actual.stdout),
+        (STDERR, golden.stderr, actual.stderr),
+    ):
         kind = _stream_class(want, got, name)
         if kind is not None:
             found.add(kind)
@@ -112,7 +115,10 @@ def describe(golden: Observation, actual: Observation, cap: int) -> List[str]:
     lines: List[str] = []
     if golden.exit_code != actual.exit_code:
         lines.append(f"exit code: golden {golden.exit_code}, actual {actual.exit_code}")
-    for label, want, got in (("stdout", golden.stdout, actual.stdout), ("stderr", golden.stderr, actual.stderr)):
+    for label, want, got in (
+        ("stdout", golden.stdout, actual.stdout),
+        ("stderr", golden.stderr, actual.stderr),
+    ):
         if want != got:
             lines.extend(unified(want, got, label, cap))
     added = sorted(set(actual.files) - set(golden.files))
@@ -126,7 +132,9 @@ def describe(golden: Observation, actual: Observation, cap: int) -> List[str]:
         if want_file.mode != got_file.mode:
             lines.append(f"mode of {path}: golden {want_file.mode:o}, actual {got_file.mode:o}")
         if want_file.sha256 != got_file.sha256:
-            lines.append(f"changed file: {path} sha256 {want_file.sha256[:12]} -> {got_file.sha256[:12]}")
+            lines.append(
+                f"changed file: {path} sha256 {want_file.sha256[:12]} -> {got_file.sha256[:12]}"
+            )
             if want_file.text is not None and got_file.text is not None:
                 lines.extend(
                     unified(want_file.text.encode(), got_file.text.encode(), f"out/{path}", cap)

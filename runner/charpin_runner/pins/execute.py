@@ -70,13 +70,17 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def command(self, case: Case, side_file: Path, prefix: Optional[List[str]] = None) -> Tuple[List[str], bool]:
+    def command(
+        self, case: Case, side_file: Path, prefix: Optional[List[str]] = None
+    ) -> Tuple[List[str], bool]:
         """The argv to start, and whether env reads are recorded (Python targets only)."""
         target = case.argv[0]
         if target.endswith(".py"):
             script = self.repo / target
             if not script.is_file():
-                raise RunError(f"pin {case.id}: script {target} not found in the repository; fix argv[0]")
+                raise RunError(
+                    f"pin {case.id}: script {target} not found in the repository; fix argv[0]"
+                )
             if prefix is not None:
                 return [self.python, *prefix, str(script), *case.argv[1:]], False
             return [self.python, str(self.bootstrap), str(script), *case.argv[1:]], True
@@ -224,9 +228,7 @@ def _run_in(
     for place, skip in watched:
         after.update(_signature(place, skip))
     outside = sorted(
-        _display(p, sandbox)
-        for p in set(before) | set(after)
-        if before.get(p) != after.get(p)
+        _display(p, sandbox) for p in set(before) | set(after) if before.get(p) != after.get(p)
     )
     outputs = _outputs(out_dir)
     env_read: Optional[List[str]] = None

@@ -54,7 +54,9 @@ def compile_rules(rules: List[NormRule], places: Places) -> List[Tuple[str, Patt
     for index, rule in enumerate(rules):
         where = f"$.tool.charpin.pins.normalise[{index}]"
         if rule.name in names:
-            raise ConfigError(f"normalisation rule name {rule.name!r} repeats - at `{where}`; rename it")
+            raise ConfigError(
+                f"normalisation rule name {rule.name!r} repeats - at `{where}`; rename it"
+            )
         names.add(rule.name)
         if rule.kind in TOKENS:
             token = rule.replace.encode("utf-8") if rule.replace else TOKENS[rule.kind]
@@ -64,11 +66,15 @@ def compile_rules(rules: List[NormRule], places: Places) -> List[Tuple[str, Patt
             out.append((rule.name, TIMESTAMP, token))
         else:
             if not rule.pattern:
-                raise ConfigError(f"regex rule {rule.name!r} has no pattern - at `{where}`; add one")
+                raise ConfigError(
+                    f"regex rule {rule.name!r} has no pattern - at `{where}`; add one"
+                )
             try:
                 regex = re.compile(rule.pattern.encode("utf-8"))
             except re.error as exc:
-                raise ConfigError(f"bad regex in rule {rule.name!r}: {exc} - at `{where}`") from None
+                raise ConfigError(
+                    f"bad regex in rule {rule.name!r}: {exc} - at `{where}`"
+                ) from None
             out.append((rule.name, regex, (rule.replace or "").encode("utf-8")))
     return out
 

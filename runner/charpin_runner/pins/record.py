@@ -44,11 +44,16 @@ class Recorded:
 
 def _moved(golden: Observation, other: Observation) -> str:
     """Where the first differing bytes are, shown briefly."""
-    for label, a, b in (("stdout", golden.stdout, other.stdout), ("stderr", golden.stderr, other.stderr)):
+    for label, a, b in (
+        ("stdout", golden.stdout, other.stdout),
+        ("stderr", golden.stderr, other.stderr),
+    ):
         if a != b:
             index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             start = max(0, index - 20)
-            return f"{label} byte {index}: {a[start:index + 30]!r} became {b[start:index + 30]!r}"
+            return (
+                f"{label} byte {index}: {a[start : index + 30]!r} became {b[start : index + 30]!r}"
+            )
     if golden.exit_code != other.exit_code:
         return f"exit code {golden.exit_code} became {other.exit_code}"
     for path in sorted(set(golden.files) | set(other.files)):
@@ -82,7 +87,9 @@ def record_case(session: Session, case: Case, check_stability: bool = True) -> R
     if base.error is not None:
         raise CharpinError(f"pin {case.id}: {base.error}; fix argv or the environment")
     if base.timed_out:
-        raise UnstableError(f"pin {case.id} timed out while recording; raise [tool.charpin.pins] timeout")
+        raise UnstableError(
+            f"pin {case.id} timed out while recording; raise [tool.charpin.pins] timeout"
+        )
     if base.outside_writes:
         raise UnstableError(
             f"pin {case.id} writes outside the output folder ({', '.join(base.outside_writes[:3])}); "

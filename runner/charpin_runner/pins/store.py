@@ -108,7 +108,9 @@ def _observation(raw: Any, where: str) -> Observation:
 def _check_rel(rel: str, where: str) -> str:
     parts = Path(rel).parts
     if Path(rel).is_absolute() or ".." in parts:
-        raise IntegrityError(f"{where}: path {rel!r} leaves its root; use a relative path without '..'")
+        raise IntegrityError(
+            f"{where}: path {rel!r} leaves its root; use a relative path without '..'"
+        )
     return rel
 
 
@@ -195,7 +197,11 @@ def load_folder(repo: Path, folder: Path, goldens: Path) -> Pin:
     golden_path = goldens / f"{name}.json"
     golden = None
     if golden_path.is_file():
-        glabel = golden_path.relative_to(repo).as_posix() if _inside(golden_path, repo) else str(golden_path)
+        glabel = (
+            golden_path.relative_to(repo).as_posix()
+            if _inside(golden_path, repo)
+            else str(golden_path)
+        )
         raw = convert(_read_json(golden_path, glabel), _ObservationJson, "$", IntegrityError)
         golden = _observation(raw, glabel)
     return Pin(case, golden)
@@ -223,7 +229,9 @@ def load_pins(repo: Path, config: PinsConfig) -> PinSet:
             except IntegrityError as exc:
                 label = folder.relative_to(repo).as_posix()
                 message = str(exc)
-                raise IntegrityError(message if label in message else f"{label}: {message}") from None
+                raise IntegrityError(
+                    message if label in message else f"{label}: {message}"
+                ) from None
     seen: Dict[str, str] = {}
     for pin in [*jsonl, *folders]:
         if pin.case.id in seen:

@@ -1,0 +1,144 @@
+"""Coordinator side. The two built-in boxes: `local` (this working tree, in place) and `clean`.
+
+`clean` is a LocalTransport box in a temporary folder and goes through exactly the same shipping
+code as an SSH box (bundle, runner.pyz, fresh checkout), with a scrubbed environment; `local`
+runs `charpin receipt` in place, dirty state included, with this interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import charpin_runner
+from charpin_runner.errors import IntegrityError
+
+from charpin_coordinator.receipts import load_receipt
+from charpin_coordinator.remote.boxrun import (
+    GRACE_SECONDS,
+    MAX_RECEIPT_BYTES,
+    TERM_WAIT_SECONDS,
+    BoxOutcome,
+    BoxTarget,
+    Phase,
+    RunPlan,
+)
+from charpin_coordinator.remote.transport import LocalTransport
+from charpin_coordinator.report import NotEvaluated
+
+# What a clean box keeps from this process's environment: enough to find tools, and the
+# locale/time zone (differences there are real drift, not an artefact of the clean box).
+_CLEAN_KEEP = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_TIME", "TZ", "TMPDIR")
+
+
+class _TempBox(LocalTransport):
+    """A LocalTransport whose folder is removed on close unless the run is kept."""
+
+    def __init__(self, name: str, root: Path, *, keep: bool, base_env: Mapping[str, str]):
+        super().__init__(name, root, base_env=base_env)
+        self._keep = keep
+
+    def close(self) -> None:
+        """Remove the box folder (unless --keep)."""
+        if not self._keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def clean_target(label: str, folder: str, *, keep: bool, python: str | None = None,
+                 setup: list[str] | None = None, timeout: float | None = None,
+                 env: Mapping[str, str] | None = None) -> BoxTarget:
+    """The `clean` box: a fresh folder on this machine, reached through LocalTransport."""
+
+    def connect() -> LocalTransport:
+        root = Path(tempfile.mkdtemp(prefix="charpin-clean-"))
+        base = {k: v for k, v in os.environ.items() if k in _CLEAN_KEEP}
+        base["HOME"] = str(root)
+        return _TempBox(label, root, keep=keep, base_env=base)
+
+    return BoxTarget(label=label, folder=folder, connect=connect,
+                     python=python or sys.executable, setup=setup, timeout=timeout,
+                     env=dict(env or {}))
+
+
+def run_local(label: str, folder: str, plan: RunPlan, phase: Phase, stop: threading.Event,
+              *, timeout: float | None = None) -> BoxOutcome:
+    """Run `charpin receipt` in the working tree itself and read back what it wrote."""
+    out = BoxOutcome(label=label, folder=folder)
+    phase(label, "test")
+    with tempfile.TemporaryDirectory(prefix="charpin-local-") as tmp:
+        work = Path(tmp)
+        (work / "config.json").write_text(json.dumps(dict(plan.config_table)), encoding="utf-8")
+        deadline = float(timeout or plan.timeout)
+        argv = [sys.executable, "-m", "charpin_runner", "receipt", "--repo", str(plan.snap.repo),
+                "--label", folder, "-o", str(work / "receipt.json"),
+                "--config-json", str(work / "config.json"), "--run-id", plan.run_id,
+                "--expected-commit", plan.snap.commit, "--timeout", str(deadline), "-q"]
+        out.interrupted = _run_detached(argv, work, deadline + GRACE_SECONDS, stop)
+        phase(label, "fetch")
+        out.stdout = (work / "stdout.log").read_bytes()
+        out.stderr = (work / "stderr.log").read_bytes()
+        _read_receipt(out, work / "receipt.json")
+    phase(label, "done" if out.not_evaluated is None else "not evaluated")
+    return out
+
+
+def _run_detached(argv: list[str], work: Path, limit: float, stop: threading.Event) -> bool:
+    """Run argv in its own session; on stop or deadline kill its group. True if stopped."""
+    env = dict(os.environ)
+    # The runner this coordinator imports, even when it is not installed (a source checkout).
+    runner_root = str(Path(charpin_runner.__file__).parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [runner_root, env.get("PYTHONPATH")]))
+    with (work / "stdout.log").open("wb") as so, (work / "stderr.log").open("wb") as se:
+        proc = subprocess.Popen(argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    ends = time.monotonic() + limit
+    while proc.poll() is None:
+        if stop.is_set() or time.monotonic() > ends:
+            _stop_group(proc)
+            return stop.is_set()
+        stop.wait(0.05)
+    return False
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM first so the runner writes its receipt, SIGKILL what is left."""
+    for sig, wait in ((signal.SIGTERM, TERM_WAIT_SECONDS), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the leader may be gone while its group lives on
+    except ProcessLookupError:
+        pass
+
+
+def _read_receipt(out: BoxOutcome, path: Path) -> None:
+    if not path.is_file():
+        tail = " | ".join(out.stderr.decode("utf-8", "replace").strip().splitlines()[-6:])
+        kind = "interrupted" if out.interrupted else "runner-failed"
+        out.not_evaluated = NotEvaluated(
+            label=out.label, kind=kind,
+            reason=f"{out.label}: the runner wrote no receipt; its stderr: {tail or '(empty)'}")
+        return
+    raw = path.read_bytes()
+    out.raw_receipt = raw
+    try:
+        out.receipt = load_receipt(raw, source=f"{out.label}:receipt.json",
+                                   max_bytes=MAX_RECEIPT_BYTES)
+    except IntegrityError as exc:
+        out.not_evaluated = NotEvaluated(label=out.label, kind="receipt-refused", reason=str(exc))

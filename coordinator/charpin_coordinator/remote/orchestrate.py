@@ -1,0 +1,72 @@
+"""Coordinator side. Bounded fan-out over boxes; every requested box ends with an outcome.
+
+One box failing never cancels the others. On Ctrl-C the shared stop event tells every running
+box to kill its remote process group (through a fresh channel), fetch what it can and clean up;
+boxes that never started are reported NOT EVALUATED ("interrupted").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from charpin_coordinator.remote.boxrun import BoxOutcome, Phase
+from charpin_coordinator.report import NotEvaluated
+
+# After Ctrl-C, how long running boxes get to kill, fetch and clean before we stop waiting.
+STOP_GRACE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One box to run: its alias, folder name and the call that runs its pipeline."""
+
+    label: str
+    folder: str
+    run: Callable[[Phase, threading.Event], BoxOutcome]
+
+
+@dataclass
+class FanOut:
+    """The outcomes in the order the boxes were requested, and whether Ctrl-C cut the run."""
+
+    outcomes: list[BoxOutcome]
+    interrupted: bool
+
+
+def run_all(jobs: Sequence[Job], *, max_workers: int, phase: Phase) -> FanOut:
+    """Run jobs with at most max_workers at once; Ctrl-C stops them all cleanly."""
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="charpin-box")
+    futures = {pool.submit(job.run, phase, stop): job for job in jobs}
+    interrupted = False
+    try:
+        pending = set(futures)
+        while pending:
+            # Short waits keep the main thread responsive to KeyboardInterrupt.
+            _, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+        for future in futures:
+            future.cancel()
+        wait(futures, timeout=STOP_GRACE_SECONDS)
+    finally:
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+    return FanOut([_outcome(f, futures[f], phase) for f in futures], interrupted)
+
+
+def _outcome(future: Future[BoxOutcome], job: Job, phase: Phase) -> BoxOutcome:
+    if future.done() and not future.cancelled():
+        error = future.exception()
+        if error is None:
+            return future.result()
+        reason = f"{job.label}: internal error: {type(error).__name__}: {error}"
+        kind = "runner-failed"
+    else:
+        reason, kind = f"{job.label}: the run was interrupted before this box finished", "interrupted"
+        phase(job.label, "not evaluated")
+    return BoxOutcome(label=job.label, folder=job.folder, interrupted=kind == "interrupted",
+                      not_evaluated=NotEvaluated(label=job.label, kind=kind, reason=reason))

@@ -1,0 +1,143 @@
+"""Drift by dimension, grouping, the outcome matrix, and every exit bit."""
+
+from __future__ import annotations
+
+import difflib
+import random
+
+import pytest
+
+from charpin_coordinator.drift import build_report
+from charpin_coordinator.iddiff import sorted_unified_diff
+from charpin_coordinator.report import NotEvaluated
+from charpin_runner.errors import UsageError
+from charpin_runner.receipt import FileState, PinResult, Pins
+from tests.receipt_factory import FIXTURE, IDS, make_receipt
+
+
+def report(*receipts, **kwargs):
+    return build_report([(r.label, r) for r in receipts], **kwargs)
+
+
+def dims(rep):
+    return {d.name: d for d in rep.dimensions}
+
+
+def test_identical_receipts_are_grouped_and_clean():
+    rep = report(make_receipt("ci"), make_receipt("clean-box"))
+    assert rep.groups == [["ci", "clean-box"]]
+    assert rep.dimensions == []
+    assert rep.exit_code == 0
+    assert rep.exit_bits == []
+
+
+def test_outcome_drift_is_a_tests_by_boxes_matrix_of_differing_rows_only():
+    flipped = {**dict.fromkeys(IDS, "passed"), IDS[1]: "failed"}
+    rep = report(make_receipt("a"), make_receipt("b", outcomes=flipped), make_receipt("c"))
+    outcomes = dims(rep)["outcomes"]
+    assert [(row.item, row.values) for row in outcomes.matrix] == [
+        (IDS[1], {"a": "passed", "b": "failed", "c": "passed"})
+    ]
+    assert outcomes.boxes == ["b"]
+    assert rep.groups == [["a", "c"], ["b"]]
+
+
+def test_collection_drift_carries_a_unified_diff_of_ids():
+    fewer = {"collection.collected": IDS[:2], "collection.selected": IDS[:2], "collection.executed": IDS[:2]}
+    rep = report(make_receipt("a"), make_receipt("b", **fewer))
+    collection = dims(rep)["collection"]
+    assert f"-{IDS[2]}\n" in collection.diff
+    assert collection.diff.startswith("--- a/collected\n+++ b/collected\n@@ ")
+    assert rep.exit_code & 2
+
+
+def test_fixture_drift_names_the_file_and_the_uncommitted_box():
+    stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
+    local = make_receipt("local", **{"fixtures.before": [stale], "fixtures.after": [stale],
+                                     "tree.dirty_before": [FIXTURE.path], "tree.dirty_after": [FIXTURE.path]})
+    rep = report(make_receipt("clean"), local)
+    details = dims(rep)["fixtures"].details
+    assert details == [f"local: {FIXTURE.path} differs from clean: sha256 bbbbbbbbbbbb vs aaaaaaaaaaaa (uncommitted on local)"]
+    assert dims(rep)["tree"].details == [f"local: {FIXTURE.path} uncommitted (changed before the run)"]
+
+
+def test_environment_is_informational_and_does_not_set_a_bit():
+    rep = report(make_receipt("a"), make_receipt("b", **{"environment.tz": "Asia/Tokyo"}))
+    env = dims(rep)["environment"]
+    assert env.gating is False
+    assert "tz 'Asia/Tokyo' vs 'UTC'" in env.details[0]
+    assert rep.exit_code == 0
+
+
+def test_pins_dimension_shows_a_pin_green_on_one_box_and_red_on_another():
+    def pins(status, failure=None):
+        return Pins("pins.jsonl", True, [PinResult("tz-report", status, 0, "1" * 64, "2" * 64, {}, failure)])
+    rep = report(make_receipt("a", pins=pins("passed")), make_receipt("tokyo", pins=pins("failed", "stdout")))
+    row = dims(rep)["pins"].matrix[0]
+    assert row.item == "tz-report"
+    assert row.values == {"a": "passed", "tokyo": "failed (stdout)"}
+    assert dims(rep)["pins"].boxes == ["tokyo"]
+
+
+def test_baseline_can_be_chosen_and_must_exist():
+    rep = report(make_receipt("a"), make_receipt("b"), baseline="b")
+    assert rep.baseline == "b"
+    with pytest.raises(UsageError, match="--baseline 'zz' is not one of the evaluated boxes"):
+        report(make_receipt("a"), make_receipt("b"), baseline="zz")
+
+
+# -- every exit bit is produced by some case -----------------------------------------------------
+
+
+def test_bit_1_tests_failed():
+    failed = {"outcomes": {**dict.fromkeys(IDS, "passed"), IDS[0]: "failed"}, "exit.status": 1,
+              "exit.interpretation": "failed"}
+    rep = report(make_receipt("a", **failed), make_receipt("b", **failed))
+    assert rep.exit_code == 1
+
+
+def test_bit_2_gate_blocked():
+    rep = report(make_receipt("a"), make_receipt("b", **{"fixtures.changed": [FIXTURE.path]}))
+    assert rep.exit_code == 2
+
+
+def test_bit_4_box_not_evaluated():
+    miss = NotEvaluated(label="c", kind="refused", reason="connection refused (127.0.0.1:1)")
+    rep = report(make_receipt("a"), make_receipt("b"), not_evaluated=[miss])
+    assert rep.exit_code == 4
+    assert rep.not_evaluated == [miss]
+
+
+def test_bit_8_receipt_integrity():
+    miss = NotEvaluated(label="c", kind="receipt-refused", reason="bad receipt")
+    rep = report(make_receipt("a"), make_receipt("b"), not_evaluated=[miss])
+    assert rep.exit_code == 4 | 8
+
+
+def test_bit_16_vacuous_one_box_or_zero_tests():
+    assert report(make_receipt("a")).exit_code == 16
+    empty = {"collection.executed": [], "collection.selected": [], "outcomes": {}, "exit.interpretation": "no-tests", "exit.status": 5}
+    rep = report(make_receipt("a", **empty), make_receipt("b", **empty))
+    assert rep.exit_code & 16
+    assert any("zero tests executed" in r for r in rep.vacuous_reasons)
+
+
+def test_bits_combine():
+    miss = NotEvaluated(label="c", kind="timeout", reason="timed out")
+    failed = {"outcomes": {**dict.fromkeys(IDS, "passed"), IDS[0]: "failed"}, "exit.status": 1, "exit.interpretation": "failed"}
+    rep = report(make_receipt("a", **failed), not_evaluated=[miss])
+    assert rep.exit_code == 1 | 4 | 16
+
+
+# -- the linear diff agrees with difflib -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sorted_unified_diff_matches_difflib(seed):
+    rng = random.Random(seed)
+    universe = sorted(f"t{n:04d}" for n in rng.sample(range(10000), 60))
+    old = sorted(rng.sample(universe, 40))
+    new = sorted(rng.sample(universe, 40))
+    ours = sorted_unified_diff(old, new, "old", "new")
+    theirs = "".join(difflib.unified_diff([x + "\n" for x in old], [x + "\n" for x in new], "old", "new", n=2))
+    assert ours == theirs

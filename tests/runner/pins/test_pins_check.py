@@ -1,0 +1,136 @@
+"""Record the messy programs, then prove behaviour changes are caught and refactors stay green."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import edit
+
+# (program, old, new, expected primary failure class, a pin it must break)
+BEHAVIOUR_CHANGES = [
+    ("export_invoices.py", "rounding=ROUND_HALF_EVEN", "rounding=\"ROUND_HALF_UP\"", "stdout",
+     "inv-usd"),
+    ("export_invoices.py", 'print("TOTAL %s" % money(total))',
+     'sys.stdout.write("TOTAL %s" % money(total))', "whitespace", "inv-usd"),
+    ("export_invoices.py", '"processed %d customers"', '"processed %d customer(s)"',
+     "stderr", "inv-usd"),
+    ("export_invoices.py", "return 3", "return 4", "exit-code", "inv-usd"),
+    ("make_report.py", "indent=2", "indent=4", "file-content", "report"),
+    ("make_report.py", 'summary = {"regions": sorted(by_region), "total": sum(r[2] for r in rows)}',
+     'summary = {"total": sum(r[2] for r in rows), "regions": sorted(by_region)}\n'
+     "    json.dump = __import__('functools').partial(json.dump, sort_keys=False)",
+     "file-content", "report"),
+    ("make_report.py", '    print("%d regions" % len(by_region))',
+     '    print("%d regions" % len(by_region))\n'
+     '    open(os.path.join(OUT, "README.txt"), "w").close()', "file-set", "report"),
+    ("make_report.py", '    print("%d regions" % len(by_region))',
+     '    print("%d regions" % len(by_region))\n'
+     '    open("report.cache", "w").write("x")', "write-outside-output", "report"),
+    ("legacy_sync.py", 'COUNTER = {"items": 0}',
+     'COUNTER = {"items": 0}\nVERBOSE = os.environ.get("SYNC_VERBOSE")', "env-read", "legacy"),
+    ("legacy_sync.py", "os.makedirs(\"out\", exist_ok=True)",
+     "os.makedirs(\"out\", exist_ok=True)\nos.chmod(\"out\", 0o755)\n"
+     "open(os.path.join(\"out\", \"sync.log\"), \"w\").close()\n"
+     "os.chmod(os.path.join(\"out\", \"sync.log\"), 0o600)", "file-mode", "legacy"),
+]
+
+REFACTORS = [
+    ("export_invoices.py", 'return "$" + str(d)', 'return f"${d}"'),
+    ("export_invoices.py", "SEEN = []", "SEEN: list = []  # customers seen so far"),
+    ("make_report.py", "by_region = {}\n", "by_region: dict = {}\n"),
+    ("make_report.py", "def load(path):", "def load(path, *, encoding=None):"),
+    ("legacy_sync.py", "    for name in names:\n        COUNTER[\"items\"] += 1\n",
+     "    for name in list(names):\n        COUNTER[\"items\"] = COUNTER[\"items\"] + 1\n"),
+]
+
+
+@pytest.fixture
+def recorded(messy_repo: Path, charpin) -> Path:
+    code, out, err = charpin("pins", "record", "--repo", str(messy_repo))
+    assert code == 0, out + err
+    code, out, err = charpin("pins", "check", "--repo", str(messy_repo))
+    assert code == 0, out + err
+    return messy_repo
+
+
+@pytest.mark.parametrize(
+    ("program", "old", "new", "expected", "pin_id"),
+    BEHAVIOUR_CHANGES,
+    ids=[f"{c[4]}-{c[3]}-{i}" for i, c in enumerate(BEHAVIOUR_CHANGES)],
+)
+def test_behaviour_change_is_caught_with_its_class(
+    recorded: Path, charpin, program: str, old: str, new: str, expected: str, pin_id: str
+) -> None:
+    edit(recorded / program, old, new)
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded), "--jobs", "2")
+    assert code == 2, out
+    assert f"DRIFT {pin_id} [{expected}]" in out
+    result = json.loads((recorded / ".charpin/pins-actual" / pin_id / "result.json").read_text())
+    assert result["failure_class"] == expected
+
+
+@pytest.mark.parametrize(("program", "old", "new"), REFACTORS)
+def test_behaviour_preserving_refactor_stays_green(
+    recorded: Path, charpin, program: str, old: str, new: str
+) -> None:
+    edit(recorded / program, old, new)
+    code, out, err = charpin("pins", "check", "--repo", str(recorded))
+    assert code == 0, out + err
+    assert "5 passed, 0 drifted" in out
+
+
+def test_failure_output_is_actionable(recorded: Path, charpin) -> None:
+    edit(recorded / "export_invoices.py", "rounding=ROUND_HALF_EVEN", "rounding=\"ROUND_HALF_UP\"")
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded))
+    assert code == 2
+    assert "argv: ['export_invoices.py']" in out
+    assert "--- golden/stdout" in out and "+++ actual/stdout" in out
+    assert "-cheap      net=$0.12" in out and "+cheap      net=$0.13" in out
+    actual = recorded / ".charpin" / "pins-actual" / "inv-usd"
+    assert b"$0.13" in (actual / "stdout").read_bytes()
+    assert (actual / "exit_code").read_text() == "3\n"
+    assert not (recorded / ".charpin" / "pins-actual" / "report").exists()
+
+
+def test_report_outputs_kept_and_diffed(recorded: Path, charpin) -> None:
+    edit(recorded / "make_report.py", "indent=2", "indent=4")
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded))
+    assert code == 2
+    assert "changed file: summary.json" in out
+    assert "+++ actual/out/summary.json" in out
+    kept = recorded / ".charpin" / "pins-actual" / "report" / "files" / "summary.json"
+    assert kept.read_text().startswith('{\n    "regions"')
+
+
+def test_missing_final_newline_is_a_difference(recorded: Path, charpin) -> None:
+    edit(recorded / "legacy_sync.py", 'print("sync %s" % name)', 'sys.stdout.write("sync %s" % name)')
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded))
+    assert code == 2
+    assert "DRIFT legacy [whitespace]" in out
+    assert "No newline at end of file" in out
+
+
+def test_timeout_is_a_failure_class(recorded: Path, charpin) -> None:
+    (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 1.0\n")
+    edit(recorded / "legacy_sync.py", "def sync(names):", "import time\ntime.sleep(30)\n\n\ndef sync(names):")
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded), "--id", "legacy")
+    assert code == 2
+    assert "DRIFT legacy [timeout]" in out
+
+
+def test_new_env_key_is_drift_even_while_unset(recorded: Path, charpin) -> None:
+    edit(recorded / "export_invoices.py", "TAX = Decimal(", 'os.getenv("INVOICE_DEBUG")\nTAX = Decimal(')
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded))
+    assert code == 2
+    assert "DRIFT inv-usd [env-read]" in out
+    assert "new ['INVOICE_DEBUG']" in out
+
+
+def test_pin_runs_with_only_declared_env(recorded: Path, charpin, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A value in the caller's environment must not reach the pin.
+    monkeypatch.setenv("CURRENCY", "EUR")
+    monkeypatch.setenv("TAX_RATE", "0.5")
+    code, out, err = charpin("pins", "check", "--repo", str(recorded))
+    assert code == 0, out + err
