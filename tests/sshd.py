@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,22 +56,33 @@ class SshBox:
             return ""
 
     def pids(self) -> list[int]:
-        """Pids of every live process of this box (sshd and session commands), by marker."""
+        """Pids of every live process of this box: sshd's process tree plus marked commands."""
+        # sshd rewrites its process title over its environ, so sshd processes are found through
+        # the process tree; session commands get a fresh environ and carry the SetEnv marker.
         needle = f"{MARKER}={self.box_id}".encode()
-        found = []
+        parents: dict[int, int] = {}
+        found: set[int] = set()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
-                environ = (entry / "environ").read_bytes()
                 stat = (entry / "stat").read_text()
+                environ = (entry / "environ").read_bytes()
             except OSError:
                 continue
-            # zombies keep their environ readable on some kernels; they are not "left running"
-            if ") Z " in stat:
+            fields = stat.rpartition(")")[2].split()
+            if fields[0] == "Z":  # a zombie is not "left running"
                 continue
+            parents[int(entry.name)] = int(fields[1])
             if needle in environ.split(b"\0"):
-                found.append(int(entry.name))
+                found.add(int(entry.name))
+        if self.proc is not None and self.proc.poll() is None:
+            found.add(self.proc.pid)
+        grew = True
+        while grew:
+            more = {pid for pid, ppid in parents.items() if ppid in found} - found
+            found |= more
+            grew = bool(more)
         return sorted(found)
 
     def session_pids(self) -> list[int]:
@@ -114,6 +125,9 @@ class SshBox:
             for pid in left:
                 _signal(pid, signal.SIGKILL)
             time.sleep(0.05)
+
+
+SshdFactory = Callable[..., SshBox]
 
 
 def _signal(pid: int, sig: int) -> None:

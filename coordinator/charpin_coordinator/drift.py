@@ -94,15 +94,26 @@ def _expected_from(receipts: Sequence[Labeled], base: Labeled | None) -> str | N
     return base[1].identity.head_before if base else None
 
 
-def comparable(receipt: Receipt) -> dict[str, object]:
+def comparable(receipt: Receipt) -> tuple[object, ...]:
     """The part of a receipt that drift compares (no labels, ids, times or environment)."""
-    data = msgspec.to_builtins(receipt)
-    assert isinstance(data, dict)
-    for key in ("run_id", "label", "started_at", "wall_seconds", "durations", "environment"):
-        data.pop(key, None)
-    data["identity"].pop("snapshot_sha256", None)
-    data["exit"].pop("reasons", None)
-    return data
+    i, e = receipt.identity, receipt.exit
+    return (
+        (
+            i.head_before,
+            i.head_after,
+            i.tree_before,
+            i.tree_after,
+            i.expected_commit,
+            i.patch_sha256,
+        ),
+        receipt.tree,
+        receipt.collection,
+        receipt.outcomes,
+        receipt.fixtures,
+        receipt.quarantine,
+        receipt.pins,
+        (e.status, e.interpretation, e.pytest_status),
+    )
 
 
 def _groups(receipts: Sequence[Labeled]) -> list[list[str]]:

@@ -127,7 +127,9 @@ def _fixtures(label: str, r: Receipt, receipts: Sequence[Labeled], base: Labeled
     return "PASS", f"{count} watched file(s) unchanged"
 
 
-def _blamed_paths(label: str, r: Receipt, receipts: Sequence[Labeled], base: Labeled | None) -> list[str]:
+def _blamed_paths(
+    label: str, r: Receipt, receipts: Sequence[Labeled], base: Labeled | None
+) -> list[str]:
     """Watched paths whose starting state differs from another box's, attributed to this box.
 
     A difference is this box's fault when the path is uncommitted here; the other box's when it
@@ -160,7 +162,10 @@ def _parity(label: str, r: Receipt, base: Labeled | None, count: int) -> Verdict
         return "PASS", "baseline"
     problems = []
     for name in ("collected", "executed"):
-        mine, theirs = set(getattr(r.collection, name)), set(getattr(b.collection, name))
+        mine_list, theirs_list = getattr(r.collection, name), getattr(b.collection, name)
+        if mine_list == theirs_list:
+            continue
+        mine, theirs = set(mine_list), set(theirs_list)
         if mine != theirs:
             problems.append(
                 f"{name}: {len(theirs - mine)} missing, {len(mine - theirs)} extra vs {base_label}"
@@ -199,7 +204,7 @@ def _completeness(r: Receipt) -> Verdict:
     problems = []
     if not c.session_finished:
         problems.append("the test session never finished")
-    if set(c.executed) != set(c.selected):
+    if c.executed != c.selected and set(c.executed) != set(c.selected):
         missing = sorted(set(c.selected) - set(c.executed))
         extra = sorted(set(c.executed) - set(c.selected))
         problems.append(

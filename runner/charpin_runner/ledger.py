@@ -94,14 +94,13 @@ def parse_ledger(raw: bytes, name: str) -> Ledger:
         parsed = convert(data, LedgerFile, "$")
     except ConfigError as exc:
         raise ConfigError(f"flake ledger {name}: {exc}; {_FIX}") from None
-    _check(parsed, data, name)
+    _check(parsed, name)
     return Ledger(name, hashlib.sha256(raw).hexdigest(), list(parsed.entries))
 
 
-def _check(parsed: LedgerFile, data: dict[str, object], name: str) -> None:
-    # bool is an int to Python; `"version": true` must not pass as version 1.
-    if isinstance(data.get("version"), bool) or parsed.version != LEDGER_VERSION:
-        _refuse(name, f"Unsupported version {data.get('version')!r}, expected 1", "$.version")
+def _check(parsed: LedgerFile, name: str) -> None:
+    if parsed.version != LEDGER_VERSION:
+        _refuse(name, f"Unsupported version {parsed.version!r}, expected 1", "$.version")
     first_seen: dict[str, int] = {}
     for index, entry in enumerate(parsed.entries):
         at = f"$.entries[{index}]"

@@ -106,7 +106,8 @@ def _today(value: str | None) -> datetime.date:
 
 
 def _id_prefix(config: pytest.Config, root: Path) -> tuple[str, list[str]]:
-    rel = os.path.relpath(str(config.rootpath), str(root))
+    # realpath on both sides: /tmp and /private/tmp (macOS) are one folder, not a sibling.
+    rel = os.path.relpath(os.path.realpath(config.rootpath), os.path.realpath(root))
     if rel == ".":
         return "", []
     if rel == ".." or rel.startswith(".." + os.sep):
@@ -117,7 +118,8 @@ def _id_prefix(config: pytest.Config, root: Path) -> tuple[str, list[str]]:
 
 def _posix_rel(path: str, root: Path) -> str:
     try:
-        return os.path.relpath(path, str(root)).replace(os.sep, "/")
+        rel = os.path.relpath(os.path.realpath(path), os.path.realpath(root))
+        return rel.replace(os.sep, "/")
     except ValueError:
         return path
 

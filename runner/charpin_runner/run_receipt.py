@@ -117,7 +117,8 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         probe = read_probe(probe_path)
     git_after, reasons = _state_after(repo)
     fx_after = fixtures.snapshot(repo, roots)
-    pins, pin_reasons = _replay_pins(request)
+    # An interrupted run winds down: the receipt is written, pins are not replayed.
+    pins, pin_reasons = _replay_pins(request, skip=stop.requested)
     reasons += pin_reasons
     if ledger_sha and probe.ledger.sha256 and probe.ledger.sha256 != ledger_sha:
         reasons.append(
@@ -184,7 +185,8 @@ def build_command(request: Request, probe: Path, ledger: str | None) -> list[str
     argv += ["--charpin-root", str(request.repo)]
     if ledger is not None:
         argv += ["--charpin-ledger", str(request.repo / ledger)]
-    argv += ["--charpin-today", request.today, "-p", "no:cacheprovider"]
+    today = request.today or datetime.now(timezone.utc).date().isoformat()
+    argv += ["--charpin-today", today, "-p", "no:cacheprovider"]
     return argv + list(config.pytest_args) + list(request.extra)
 
 
@@ -304,9 +306,9 @@ def _state_after(repo: Path) -> tuple[gitstate.GitState, list[str]]:
         return gitstate.unreadable(), [f"after the run, {exc}"]
 
 
-def _replay_pins(request: Request) -> tuple[Pins, list[str]]:
+def _replay_pins(request: Request, skip: bool) -> tuple[Pins, list[str]]:
     none = Pins(source=None, replayed=False, results=[])
-    if not request.replay_pins:
+    if skip or not request.replay_pins:
         return none, []
     try:
         module = importlib.import_module("charpin_runner.pins.replay")

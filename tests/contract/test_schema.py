@@ -8,7 +8,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
 from charpin_coordinator.config import decode_table
 from charpin_coordinator.receipts import read_receipt_file
 from charpin_runner import config as runner_config
@@ -43,7 +42,9 @@ def test_changelog_documents_the_schema_version():
     assert f"Schema v{SCHEMA_VERSION}" in changelog
 
 
-@pytest.mark.parametrize("golden", sorted((DATA / "receipts").glob("v*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "golden", sorted((DATA / "receipts").glob("v*.json")), ids=lambda p: p.name
+)
 def test_golden_receipts_keep_decoding(golden):
     receipt = read_receipt_file(golden)
     assert receipt.schema_version == SCHEMA_VERSION

@@ -6,12 +6,12 @@ import difflib
 import random
 
 import pytest
-
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.iddiff import sorted_unified_diff
 from charpin_coordinator.report import NotEvaluated
 from charpin_runner.errors import UsageError
 from charpin_runner.receipt import FileState, PinResult, Pins
+
 from tests.receipt_factory import FIXTURE, IDS, make_receipt
 
 
@@ -43,7 +43,11 @@ def test_outcome_drift_is_a_tests_by_boxes_matrix_of_differing_rows_only():
 
 
 def test_collection_drift_carries_a_unified_diff_of_ids():
-    fewer = {"collection.collected": IDS[:2], "collection.selected": IDS[:2], "collection.executed": IDS[:2]}
+    fewer = {
+        "collection.collected": IDS[:2],
+        "collection.selected": IDS[:2],
+        "collection.executed": IDS[:2],
+    }
     rep = report(make_receipt("a"), make_receipt("b", **fewer))
     collection = dims(rep)["collection"]
     assert f"-{IDS[2]}\n" in collection.diff
@@ -53,12 +57,23 @@ def test_collection_drift_carries_a_unified_diff_of_ids():
 
 def test_fixture_drift_names_the_file_and_the_uncommitted_box():
     stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
-    local = make_receipt("local", **{"fixtures.before": [stale], "fixtures.after": [stale],
-                                     "tree.dirty_before": [FIXTURE.path], "tree.dirty_after": [FIXTURE.path]})
+    local = make_receipt(
+        "local",
+        **{
+            "fixtures.before": [stale],
+            "fixtures.after": [stale],
+            "tree.dirty_before": [FIXTURE.path],
+            "tree.dirty_after": [FIXTURE.path],
+        },
+    )
     rep = report(make_receipt("clean"), local)
     details = dims(rep)["fixtures"].details
-    assert details == [f"local: {FIXTURE.path} differs from clean: sha256 bbbbbbbbbbbb vs aaaaaaaaaaaa (uncommitted on local)"]
-    assert dims(rep)["tree"].details == [f"local: {FIXTURE.path} uncommitted (changed before the run)"]
+    assert details == [
+        f"local: {FIXTURE.path} differs from clean: sha256 bbbbbbbbbbbb vs aaaaaaaaaaaa (uncommitted on local)"
+    ]
+    assert dims(rep)["tree"].details == [
+        f"local: {FIXTURE.path} uncommitted (changed before the run)"
+    ]
 
 
 def test_environment_is_informational_and_does_not_set_a_bit():
@@ -71,8 +86,13 @@ def test_environment_is_informational_and_does_not_set_a_bit():
 
 def test_pins_dimension_shows_a_pin_green_on_one_box_and_red_on_another():
     def pins(status, failure=None):
-        return Pins("pins.jsonl", True, [PinResult("tz-report", status, 0, "1" * 64, "2" * 64, {}, failure)])
-    rep = report(make_receipt("a", pins=pins("passed")), make_receipt("tokyo", pins=pins("failed", "stdout")))
+        return Pins(
+            "pins.jsonl", True, [PinResult("tz-report", status, 0, "1" * 64, "2" * 64, {}, failure)]
+        )
+
+    rep = report(
+        make_receipt("a", pins=pins("passed")), make_receipt("tokyo", pins=pins("failed", "stdout"))
+    )
     row = dims(rep)["pins"].matrix[0]
     assert row.item == "tz-report"
     assert row.values == {"a": "passed", "tokyo": "failed (stdout)"}
@@ -90,8 +110,11 @@ def test_baseline_can_be_chosen_and_must_exist():
 
 
 def test_bit_1_tests_failed():
-    failed = {"outcomes": {**dict.fromkeys(IDS, "passed"), IDS[0]: "failed"}, "exit.status": 1,
-              "exit.interpretation": "failed"}
+    failed = {
+        "outcomes": {**dict.fromkeys(IDS, "passed"), IDS[0]: "failed"},
+        "exit.status": 1,
+        "exit.interpretation": "failed",
+    }
     rep = report(make_receipt("a", **failed), make_receipt("b", **failed))
     assert rep.exit_code == 1
 
@@ -116,7 +139,13 @@ def test_bit_8_receipt_integrity():
 
 def test_bit_16_vacuous_one_box_or_zero_tests():
     assert report(make_receipt("a")).exit_code == 16
-    empty = {"collection.executed": [], "collection.selected": [], "outcomes": {}, "exit.interpretation": "no-tests", "exit.status": 5}
+    empty = {
+        "collection.executed": [],
+        "collection.selected": [],
+        "outcomes": {},
+        "exit.interpretation": "no-tests",
+        "exit.status": 5,
+    }
     rep = report(make_receipt("a", **empty), make_receipt("b", **empty))
     assert rep.exit_code & 16
     assert any("zero tests executed" in r for r in rep.vacuous_reasons)
@@ -124,7 +153,11 @@ def test_bit_16_vacuous_one_box_or_zero_tests():
 
 def test_bits_combine():
     miss = NotEvaluated(label="c", kind="timeout", reason="timed out")
-    failed = {"outcomes": {**dict.fromkeys(IDS, "passed"), IDS[0]: "failed"}, "exit.status": 1, "exit.interpretation": "failed"}
+    failed = {
+        "outcomes": {**dict.fromkeys(IDS, "passed"), IDS[0]: "failed"},
+        "exit.status": 1,
+        "exit.interpretation": "failed",
+    }
     rep = report(make_receipt("a", **failed), not_evaluated=[miss])
     assert rep.exit_code == 1 | 4 | 16
 
@@ -139,5 +172,7 @@ def test_sorted_unified_diff_matches_difflib(seed):
     old = sorted(rng.sample(universe, 40))
     new = sorted(rng.sample(universe, 40))
     ours = sorted_unified_diff(old, new, "old", "new")
-    theirs = "".join(difflib.unified_diff([x + "\n" for x in old], [x + "\n" for x in new], "old", "new", n=2))
+    theirs = "".join(
+        difflib.unified_diff([x + "\n" for x in old], [x + "\n" for x in new], "old", "new", n=2)
+    )
     assert ours == theirs

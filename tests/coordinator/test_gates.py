@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from charpin_coordinator.gates import evaluate, undeclared
 from charpin_runner.receipt import Deselected, FileState, PinResult, Pins, Widening
+
 from tests.receipt_factory import FIXTURE, HEAD, IDS, make_receipt
 
 OTHER = "9" * 40
@@ -28,8 +28,13 @@ def test_every_gate_passes_on_identical_clean_receipts():
     assert {(g.gate, g.box): g.status for g in results} == {
         (name, box): "PASS"
         for name in (
-            "Identity", "Clean tree", "Fixture integrity", "Collection parity",
-            "Quarantine", "Completeness", "Pin replay",
+            "Identity",
+            "Clean tree",
+            "Fixture integrity",
+            "Collection parity",
+            "Quarantine",
+            "Completeness",
+            "Pin replay",
         )
         for box in ("base", "box")
     }
@@ -41,7 +46,10 @@ def test_every_gate_passes_on_identical_clean_receipts():
     [
         ({"identity.head_after": OTHER}, "HEAD moved during the run"),
         ({"identity.tree_after": OTHER}, "tree moved during the run"),
-        ({"identity.head_before": OTHER, "identity.head_after": OTHER}, "not the commit under review"),
+        (
+            {"identity.head_before": OTHER, "identity.head_after": OTHER},
+            "not the commit under review",
+        ),
     ],
 )
 def test_identity_fails(changes, needle):
@@ -57,11 +65,13 @@ def test_identity_incomplete_without_a_commit():
 
 
 def test_clean_tree_fails_on_uncommitted_and_written_files():
-    receipts = two(**{
-        "tree.dirty_before": ["notes.txt"],
-        "tree.dirty_after": ["notes.txt", "scratch.log"],
-        "tree.written": ["scratch.log"],
-    })
+    receipts = two(
+        **{
+            "tree.dirty_before": ["notes.txt"],
+            "tree.dirty_after": ["notes.txt", "scratch.log"],
+            "tree.written": ["scratch.log"],
+        }
+    )
     result = gate(receipts, "Clean tree", "box")
     assert result.status == "FAIL"
     assert "uncommitted before the run: notes.txt" in result.detail
@@ -69,11 +79,13 @@ def test_clean_tree_fails_on_uncommitted_and_written_files():
 
 
 def test_clean_tree_passes_when_changes_are_declared_outputs():
-    receipts = two(**{
-        "tree.dirty_after": ["out/report.csv", "build.log"],
-        "tree.written": ["out/report.csv", "build.log"],
-        "tree.outputs": ["out/", "*.log"],
-    })
+    receipts = two(
+        **{
+            "tree.dirty_after": ["out/report.csv", "build.log"],
+            "tree.written": ["out/report.csv", "build.log"],
+            "tree.outputs": ["out/", "*.log"],
+        }
+    )
     assert gate(receipts, "Clean tree", "box").status == "PASS"
 
 
@@ -85,7 +97,9 @@ def test_undeclared_matches_folders_and_globs_only():
     "field", ["added", "removed", "changed", "type_changed", "mode_changed", "escaping_symlinks"]
 )
 def test_fixture_integrity_fails_on_each_kind_of_move(field):
-    result = gate(two(**{f"fixtures.{field}": ["tests/fixtures/rates.json"]}), "Fixture integrity", "box")
+    result = gate(
+        two(**{f"fixtures.{field}": ["tests/fixtures/rates.json"]}), "Fixture integrity", "box"
+    )
     assert result.status == "FAIL"
     assert "tests/fixtures/rates.json" in result.detail
 
@@ -93,13 +107,21 @@ def test_fixture_integrity_fails_on_each_kind_of_move(field):
 def test_fixture_difference_before_the_run_is_blamed_on_the_dirty_box():
     stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
     local = make_receipt(
-        "local", **{"fixtures.before": [stale], "fixtures.after": [stale], "tree.dirty_before": [FIXTURE.path], "tree.dirty_after": [FIXTURE.path]}
+        "local",
+        **{
+            "fixtures.before": [stale],
+            "fixtures.after": [stale],
+            "tree.dirty_before": [FIXTURE.path],
+            "tree.dirty_after": [FIXTURE.path],
+        },
     )
     clean = make_receipt("clean")
     labeled = [("local", local), ("clean", clean)]
     results = {(g.gate, g.box): g for g in evaluate(labeled, labeled[0], HEAD)}
     assert results[("Fixture integrity", "local")].status == "FAIL"
-    assert "differs from another box before the run" in results[("Fixture integrity", "local")].detail
+    assert (
+        "differs from another box before the run" in results[("Fixture integrity", "local")].detail
+    )
     # The clean clone is not blamed even though it differs from the (dirty) baseline.
     assert results[("Fixture integrity", "clean")].status == "PASS"
 
@@ -110,7 +132,13 @@ def test_fixture_integrity_incomplete_without_roots():
 
 
 def test_collection_parity_fails_when_a_test_vanishes():
-    receipts = two(**{"collection.collected": IDS[:2], "collection.executed": IDS[:2], "collection.selected": IDS[:2]})
+    receipts = two(
+        **{
+            "collection.collected": IDS[:2],
+            "collection.executed": IDS[:2],
+            "collection.selected": IDS[:2],
+        }
+    )
     result = gate(receipts, "Collection parity", "box")
     assert result.status == "FAIL"
     assert "collected: 1 missing, 0 extra vs base" in result.detail
@@ -140,8 +168,12 @@ def test_quarantine_fails(changes, needle):
 
 
 def test_quarantine_passes_with_frozen_tests_deselected():
-    ledger = {"quarantine.ledger_path": "flake-ledger.json", "quarantine.ledger_sha256": "e" * 64,
-              "quarantine.frozen": [IDS[2]], "collection.deselected": [Deselected(IDS[2], IDS[2])]}
+    ledger = {
+        "quarantine.ledger_path": "flake-ledger.json",
+        "quarantine.ledger_sha256": "e" * 64,
+        "quarantine.frozen": [IDS[2]],
+        "collection.deselected": [Deselected(IDS[2], IDS[2])],
+    }
     receipts = [make_receipt("base", **ledger), make_receipt("box", **ledger)]
     result = gate(receipts, "Quarantine", "box")
     assert result.status == "PASS"
@@ -169,7 +201,9 @@ def test_completeness_incomplete(interpretation):
 
 
 def _pins(status="passed", failure=None, ids=("p1",)):
-    return Pins("pins.jsonl", True, [PinResult(i, status, 0, "1" * 64, "2" * 64, {}, failure) for i in ids])
+    return Pins(
+        "pins.jsonl", True, [PinResult(i, status, 0, "1" * 64, "2" * 64, {}, failure) for i in ids]
+    )
 
 
 def test_pin_replay_fails_on_a_red_pin_and_passes_on_green():

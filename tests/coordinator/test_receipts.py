@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-
 from charpin_coordinator.cli import main
 from charpin_coordinator.receipts import load_receipt, read_receipt_file
 from charpin_runner.errors import IntegrityError
 from charpin_runner.receipt import dumps
+
 from tests.receipt_factory import make_receipt
 
 DATA = Path(__file__).parents[1] / "data" / "receipts"
@@ -20,7 +20,9 @@ EXPECTED: dict[str, str] = json.loads((NEGATIVE / "expected.json").read_text())
 
 def test_the_corpus_is_big_enough():
     assert len(EXPECTED) >= 12
-    assert sorted(p.stem for p in NEGATIVE.glob("*.json") if p.name != "expected.json") == sorted(EXPECTED)
+    assert sorted(p.stem for p in NEGATIVE.glob("*.json") if p.name != "expected.json") == sorted(
+        EXPECTED
+    )
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -59,7 +61,13 @@ def test_a_special_file_is_refused(tmp_path):
 
 def test_a_clean_receipt_with_many_ids_is_accepted():
     ids = [f"tests/test_{n}.py::test_{n}" for n in range(2000)]
-    receipt = make_receipt(**{"collection.collected": ids, "collection.selected": ids,
-                              "collection.executed": ids, "collection.order": ids,
-                              "outcomes": dict.fromkeys(ids, "passed")})
+    receipt = make_receipt(
+        **{
+            "collection.collected": ids,
+            "collection.selected": ids,
+            "collection.executed": ids,
+            "collection.order": ids,
+            "outcomes": dict.fromkeys(ids, "passed"),
+        }
+    )
     assert load_receipt(dumps(receipt), source="x").collection.collected == ids

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.sshd import SSHD, SshBox, start_sshd
+from tests.sshd import SSHD, SshBox, SshdFactory, start_sshd
 
-SshdFactory = Callable[..., SshBox]
 _BOXES = pytest.StashKey[list[SshBox]]()
 
 

@@ -6,9 +6,8 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 import charpin_runner
+import pytest
 from charpin_runner.probe import ProbeData, read_probe
 
 RUNNER_DIR = str(Path(charpin_runner.__file__).resolve().parent.parent)
@@ -120,7 +119,11 @@ def test_filtering_by_pytest_options_is_recorded_as_filtered(pytester: pytest.Py
     )
     result, probe = run_probe(pytester, "-k", "not slow", "--deselect", "test_m.py::test_fast_b")
     result.assert_outcomes(passed=1, deselected=2)
-    assert probe.collected == ["test_m.py::test_fast_a", "test_m.py::test_fast_b", "test_m.py::test_slow"]
+    assert probe.collected == [
+        "test_m.py::test_fast_a",
+        "test_m.py::test_fast_b",
+        "test_m.py::test_slow",
+    ]
     assert probe.filtered == ["test_m.py::test_fast_b", "test_m.py::test_slow"]
     assert probe.dropped == []
     assert probe.selected == ["test_m.py::test_fast_a"]
@@ -158,6 +161,17 @@ def test_charpin_root_rebases_ids_onto_the_repository(pytester: pytest.Pytester)
     assert probe.conftests == ["proj/conftest.py"]
 
 
+def test_charpin_root_given_through_a_symlink_still_rebases(pytester: pytest.Pytester) -> None:
+    proj = pytester.mkdir("proj")
+    (proj / "pytest.ini").write_text("[pytest]\n")
+    (proj / "test_r.py").write_text("def test_one(): pass\n")
+    alias = pytester.path.parent / f"{pytester.path.name}-alias"
+    alias.symlink_to(pytester.path, target_is_directory=True)
+    _result, probe = run_probe(pytester, "proj", f"--charpin-root={alias}", "--rootdir=proj")
+    assert probe.executed == ["proj/test_r.py::test_one"]
+    assert probe.notes == []
+
+
 def test_plugin_is_inert_without_the_receipt_option(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_m=SUITE)
     ledger = pytester.path / "ledger.json"
@@ -166,7 +180,9 @@ def test_plugin_is_inert_without_the_receipt_option(pytester: pytest.Pytester) -
     before = sorted(p.name for p in pytester.path.iterdir())
     # Without --charpin-receipt even --charpin-ledger does nothing: no file, no deselection.
     with_plugin = pytester.runpytest(*PLUGIN, "-q", "-rA", f"--charpin-ledger={ledger}")
-    without = pytester.runpytest("-p", "no:charpin_runner.plugin", "-p", "no:cacheprovider", "-q", "-rA")
+    without = pytester.runpytest(
+        "-p", "no:charpin_runner.plugin", "-p", "no:cacheprovider", "-q", "-rA"
+    )
     assert sorted(p.name for p in pytester.path.iterdir()) == before
     assert normalised(with_plugin.outlines) == normalised(without.outlines)
     assert with_plugin.ret == without.ret == 1

@@ -336,8 +336,9 @@ sha = ""
 if os.path.isfile(runner):
     with open(runner, "rb") as handle:
         sha = hashlib.sha256(handle.read()).hexdigest()
-names = ("src", "config.json", "receipt.json", "stdout.log", "stderr.log", "pid", "snapshot.bundle")
-paths = {n.split(".")[0]: os.path.join(run, n) for n in names}
+names = {"src": "src", "config": "config.json", "receipt": "receipt.json", "stdout": "stdout.log",
+         "stderr": "stderr.log", "pid": "pid", "bundle": "snapshot.bundle"}
+paths = {key: os.path.join(run, name) for key, name in names.items()}
 paths.update(run=run, runner=runner, venvs=os.path.join(root, "venvs"),
              cache_repo=os.path.join(root, "repos", repo_key + ".git"))
 report(paths=paths, runner_sha256=sha, has_pytest=importlib.util.find_spec("pytest") is not None,

@@ -130,10 +130,11 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
 def _read_receipt(out: BoxOutcome, path: Path) -> None:
     if not path.is_file():
         tail = " | ".join(out.stderr.decode("utf-8", "replace").strip().splitlines()[-6:])
-        kind = "interrupted" if out.interrupted else "runner-failed"
         out.not_evaluated = NotEvaluated(
-            label=out.label, kind=kind,
-            reason=f"{out.label}: the runner wrote no receipt; its stderr: {tail or '(empty)'}")
+            label=out.label,
+            kind="interrupted" if out.interrupted else "runner-failed",
+            reason=f"{out.label}: the runner wrote no receipt; its stderr: {tail or '(empty)'}",
+        )
         return
     raw = path.read_bytes()
     out.raw_receipt = raw

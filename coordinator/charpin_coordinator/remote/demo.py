@@ -122,7 +122,7 @@ def explain(report: DriftReport, receipts: Sequence[tuple[str, Receipt]]) -> lis
 
     Empty when no box had an uncommitted watched file that the gates caught.
     """
-    gates = {(g.gate, g.box): g.status for g in report.gates}
+    gates: dict[tuple[str, str], str] = {(g.gate, g.box): g.status for g in report.gates}
     for label, receipt in receipts:
         stale = _stale_fixtures(receipt)
         if not stale or gates.get(("Clean tree", label)) != "FAIL":
@@ -142,29 +142,42 @@ def _stale_fixtures(receipt: Receipt) -> list[str]:
     return [path for path in dirty if any(path.startswith(root) for root in roots)]
 
 
-def _first_line(label: str, stale: list[str], others: list[str], gates: dict[tuple[str, str], str]) -> str:
-    failed = [gate for gate in ("Clean tree", "Fixture integrity") if gates.get((gate, label)) == "FAIL"]
-    what = " and ".join(f"the {gate} gate" for gate in failed)
-    line = f"{label} ran with an uncommitted edit to {', '.join(stale)}: {what} failed"
-    if others and gates.get(("Fixture integrity", label)) == "FAIL":
-        line += f", its fixtures differ from the {', '.join(others)} checkout"
+def _first_line(
+    label: str, stale: list[str], others: list[str], gates: dict[tuple[str, str], str]
+) -> str:
+    failed = [
+        gate for gate in ("Clean tree", "Fixture integrity") if gates.get((gate, label)) == "FAIL"
+    ]
+    noun = "gate" if len(failed) == 1 else "gates"
+    line = (
+        f"{label} ran with an uncommitted edit to {', '.join(stale)}: "
+        f"the {' and '.join(failed)} {noun} failed"
+    )
+    if others and "Fixture integrity" in failed:
+        line += f", and its fixtures differ from {_possessive(others)} fresh checkout"
     return line + "."
+
+
+def _possessive(labels: list[str]) -> str:
+    return " and ".join(labels) + "'s"
 
 
 def _second_line(
     report: DriftReport, label: str, stale: list[str], others: list[str], receipt: Receipt
 ) -> str:
-    commit = receipt.identity.head_before[:12]
-    where = f"On {' and '.join(others)}, a clean checkout of the same commit {commit},"
+    where = (
+        f"On {' and '.join(others)} (a fresh checkout of the same commit "
+        f"{receipt.identity.head_before[:12]})"
+    )
     rows = [row for dim in report.dimensions if dim.name == "outcomes" for row in dim.matrix]
     moved = [row for row in rows if any(v != row.values.get(label) for v in row.values.values())]
-    fix = f"commit or discard the change (git diff -- {' '.join(stale)})."
+    fix = f"commit or discard it (git diff -- {' '.join(stale)})."
     if not moved:
         return f"{where} every test gives the same result, but {label} did not test that commit: {fix}"
     row = moved[0]
     theirs = next(v for box, v in row.values.items() if box != label)
-    more = f" (and {len(moved) - 1} more)" if len(moved) > 1 else ""
+    more = f" (and {len(moved) - 1} more test(s) differ)" if len(moved) > 1 else ""
     return (
-        f"{where} {row.item} {theirs}; on {label} it {row.values.get(label, 'did not run')}{more}: "
-        f"the difference is the stale file, not the code - {fix}"
+        f"{where} {row.item} {theirs}; on {label} it {row.values.get(label, 'did not run')}{more}. "
+        f"The stale file, not the code, is the difference: {fix}"
     )

@@ -79,9 +79,7 @@ def check_host(
     return result
 
 
-def _python_items(
-    transport: Transport, name: str, python: str, timeout: float
-) -> list[CheckItem]:
+def _python_items(transport: Transport, name: str, python: str, timeout: float) -> list[CheckItem]:
     done = transport.run([python, "-c", _PY_PROBE], timeout=timeout)
     if done.timed_out or done.returncode != 0:
         if done.returncode == 127 or b"not found" in done.stderr:

@@ -32,7 +32,14 @@ BoxErrorKind = Literal["dns", "refused", "timeout", "auth", "host-key", "disconn
 
 # Names whose values are credentials: they never cross to a box, whatever the allow-list says.
 _SECRET_PARTS: Final = (
-    "TOKEN", "SECRET", "PASSW", "KEY", "CREDENTIAL", "AUTH", "PRIVATE", "COOKIE"
+    "TOKEN",
+    "SECRET",
+    "PASSW",
+    "KEY",
+    "CREDENTIAL",
+    "AUTH",
+    "PRIVATE",
+    "COOKIE",
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -110,21 +117,29 @@ def decode_host_extras(
     table: Mapping[str, Any] | None, path: str = "$.tool.charpin.hosts"
 ) -> dict[str, HostExtras]:
     """Validate `[tool.charpin.hosts]` strictly; errors name the `$.path` of the bad value."""
-    try:
-        extras = msgspec.convert(table or {}, dict[str, HostExtras])
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        if "- at `$" in message:
-            message = message.replace("- at `$", f"- at `{path}", 1)
-        else:
-            message = f"{message} - at `{path}`"
-        raise ConfigError(f"{message}; fix that value in pyproject.toml") from None
-    for name, extra in extras.items():
-        check_env_names(extra.env, where=f"{path}.{name}.env")
+    if table is None:
+        return {}
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"Expected `object`, got `{type(table).__name__}` - at `{path}`")
+    extras = {}
+    for name, value in table.items():
+        # one convert per box so the path names the box, not msgspec's `$[...]`
+        where = f"{path}.{name}" if re.fullmatch(r"[\w.-]+", str(name)) else f"{path}[{name!r}]"
+        try:
+            extra = msgspec.convert(value, HostExtras)
+        except msgspec.ValidationError as exc:
+            message = str(exc)
+            if "- at `$" in message:
+                message = message.replace("- at `$", f"- at `{where}", 1)
+            else:
+                message = f"{message} - at `{where}`"
+            raise ConfigError(f"{message}; fix that value in pyproject.toml") from None
+        check_env_names(extra.env, where=f"{where}.env")
         if extra.timeout is not None and extra.timeout <= 0:
             raise ConfigError(
-                f"timeout must be a positive number of seconds - at `{path}.{name}.timeout`"
+                f"timeout must be a positive number of seconds - at `{where}.timeout`"
             )
+        extras[str(name)] = extra
     return extras
 
 
@@ -244,6 +259,10 @@ def _resolve(
         raise ConfigError(f"ProxyJump loops or nests too deep ({chain}); fix the ssh config")
     opts = config.lookup(name)
     hostname = str(opts.get("hostname", name))
+    if not hostname or "@" in hostname or any(ch.isspace() for ch in hostname):
+        raise ConfigError(
+            f"{hostname!r} (for {name}) is not a host name; set `HostName` for it in the ssh config"
+        )
     try:
         resolved_port = port or int(opts.get("port", 22))
     except ValueError:

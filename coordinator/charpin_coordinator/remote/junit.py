@@ -34,7 +34,8 @@ def to_junit(report: DriftReport) -> bytes:
     _count(root)
     tree = ET.ElementTree(root)
     ET.indent(tree)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return data + b"\n"
 
 
 def _suite(root: ET.Element, label: str, gates: list[GateResult]) -> ET.Element:

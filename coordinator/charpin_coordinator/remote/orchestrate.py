@@ -64,9 +64,14 @@ def _outcome(future: Future[BoxOutcome], job: Job, phase: Phase) -> BoxOutcome:
         if error is None:
             return future.result()
         reason = f"{job.label}: internal error: {type(error).__name__}: {error}"
-        kind = "runner-failed"
+        missing = NotEvaluated(label=job.label, kind="runner-failed", reason=reason)
     else:
-        reason, kind = f"{job.label}: the run was interrupted before this box finished", "interrupted"
+        reason = f"{job.label}: the run was interrupted before this box finished"
+        missing = NotEvaluated(label=job.label, kind="interrupted", reason=reason)
         phase(job.label, "not evaluated")
-    return BoxOutcome(label=job.label, folder=job.folder, interrupted=kind == "interrupted",
-                      not_evaluated=NotEvaluated(label=job.label, kind=kind, reason=reason))
+    return BoxOutcome(
+        label=job.label,
+        folder=job.folder,
+        not_evaluated=missing,
+        interrupted=missing.kind == "interrupted",
+    )

@@ -9,6 +9,7 @@ BoxError line at the boundary (map_ssh_errors).
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import shlex
@@ -28,10 +29,15 @@ from paramiko.ssh_exception import NoValidConnectionsError
 from charpin_coordinator.remote.hosts import BoxError, HostSpec, is_secret_name
 from charpin_coordinator.remote.transport import Completed, TransferStats
 
+# paramiko logs transport-thread failures at ERROR; without a handler Python's last-resort
+# handler would print tracebacks. Errors reach the user as BoxError lines instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 DEFAULT_IO_TIMEOUT: Final = 60.0  # one SFTP read or write, one channel open
 RETRY_DELAYS: Final = (0.5, 1.0)  # connect only: 3 attempts in all
 KILL_TIMEOUT: Final = 5.0
+KEEPALIVE_SECONDS: Final = 15
 _CHUNK: Final = 32768
 
 # The first line a command prints is the pid of its shell, which sshd made a session (and so a
@@ -62,13 +68,49 @@ class _StrictPolicy(paramiko.MissingHostKeyPolicy):
         self.accept_new = accept_new
         self.accepted: str | None = None
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         if not self.accept_new:
             raise HostKeyUnknown(hostname, key, self.spec.known_hosts_files)
         if not self.spec.user_known_hosts:
             raise HostKeyUnknown(hostname, key, ())
         _append_known_host(Path(self.spec.user_known_hosts[0]), hostname, key)
         self.accepted = fingerprint(key)
+
+
+class HostKeyChanged(paramiko.BadHostKeyException):
+    """The server's key differs from the one known_hosts holds for this endpoint."""
+
+    def __init__(
+        self, endpoint: str, got: paramiko.PKey, expected: paramiko.PKey, files: Sequence[str]
+    ):
+        super().__init__(endpoint, got, expected)
+        self.endpoint = endpoint
+        self.files = tuple(files)
+
+
+class _StrictClient(paramiko.SSHClient):
+    """SSHClient that knows its endpoint, so a changed key names `[host]:port`, not just host."""
+
+    def __init__(self, spec: HostSpec, policy: _StrictPolicy):
+        super().__init__()
+        self.spec = spec
+        self.set_missing_host_key_policy(policy)
+        for name in spec.known_hosts_files:
+            if Path(name).is_file():
+                # "system" keys are never written back by paramiko, unlike load_host_keys()
+                self.load_system_host_keys(name)
+
+    def connect(self, hostname: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().connect(hostname, *args, **kwargs)
+        except HostKeyChanged:
+            raise
+        except paramiko.BadHostKeyException as exc:
+            raise HostKeyChanged(
+                self.spec.endpoint, exc.key, exc.expected_key, self.spec.known_hosts_files
+            ) from exc
 
 
 def _append_known_host(path: Path, endpoint: str, key: paramiko.PKey) -> None:
@@ -113,13 +155,15 @@ def map_ssh_errors(host: str, *, files: Sequence[str] = ()) -> Iterator[None]:
             f"{fingerprint(exc.key)}; verify it, then add it or rerun with --accept-new",
         ) from exc
     except paramiko.BadHostKeyException as exc:
-        where = ", ".join(_key_file_holding(exc.hostname, files) or files)
+        endpoint = getattr(exc, "endpoint", exc.hostname)
+        files = getattr(exc, "files", files)
+        where = ", ".join(_key_file_holding(endpoint, files) or files)
         raise BoxError(
             host,
             "host-key",
-            f"host key CHANGED for {exc.hostname}: expected {fingerprint(exc.expected_key)}, "
+            f"host key CHANGED for {endpoint}: expected {fingerprint(exc.expected_key)}, "
             f"got {fingerprint(exc.key)} ({where}); refusing: if the change is expected, "
-            f"remove the old line (ssh-keygen -R {shlex.quote(exc.hostname)})",
+            f"remove the old line (ssh-keygen -R {shlex.quote(endpoint)})",
         ) from exc
     except paramiko.AuthenticationException as exc:
         raise BoxError(
@@ -157,6 +201,24 @@ def map_ssh_errors(host: str, *, files: Sequence[str] = ()) -> Iterator[None]:
         if "banner" in text.lower() or "timeout" in text.lower():
             raise BoxError(host, "timeout", f"unreachable: {text}; is it an SSH server?") from exc
         raise BoxError(host, "disconnected", f"connection lost: {text}; retry the run") from exc
+
+
+def _open(conn: Any) -> None:
+    """Open a fabric Connection, surfacing the transport thread's error when there is one."""
+    try:
+        conn.open()
+    except paramiko.SSHException as exc:
+        # A banner timeout kills the transport thread, and the caller then sees a later symptom
+        # such as "No existing session"; the saved exception is the real cause.
+        transport = conn.client.get_transport()
+        saved = getattr(transport, "saved_exception", None)
+        if isinstance(saved, Exception) and saved is not exc:
+            raise saved from exc
+        # paramiko's start_client(timeout=) gives up silently; auth then fails with "No existing
+        # session" although the server never finished the handshake: that is a timeout.
+        if transport is not None and transport.host_key is None:
+            raise TimeoutError("no SSH handshake within the connect timeout") from exc
+        raise
 
 
 def _retryable(exc: BoxError) -> bool:
@@ -220,14 +282,10 @@ class SshTransport:
             connect_kwargs=kwargs,
             inline_ssh_env=False,
         )
-        client = conn.client
-        # fabric installs AutoAddPolicy in Connection.__init__ (fabric#1804); replace it.
+        # fabric installs AutoAddPolicy in Connection.__init__ (fabric#1804); replace the client
+        # with one that refuses unknown keys and checks every known_hosts file of the spec.
         policy = _StrictPolicy(spec, accept_new=self.accept_new)
-        client.set_missing_host_key_policy(policy)
-        for name in spec.known_hosts_files:
-            if Path(name).is_file():
-                # "system" keys are never written back by paramiko, unlike load_host_keys()
-                client.load_system_host_keys(name)
+        conn.client = _StrictClient(spec, policy)
         return conn, policy
 
     def _chain(self, spec: HostSpec) -> tuple[Any, _StrictPolicy]:
@@ -247,8 +305,8 @@ class SshTransport:
             self.connect_attempts += 1
             conn, policy = self._chain(self.spec)
             try:
-                with map_ssh_errors(self.name, files=self.spec.known_hosts_files):
-                    conn.open()
+                with map_ssh_errors(self.name):
+                    _open(conn)
             except BoxError as exc:
                 _close_chain(conn)
                 if delay is None or not _retryable(exc):
@@ -258,7 +316,10 @@ class SshTransport:
                 continue
             self._conn, self._policy = conn, policy
             break
-        key = self._conn.client.get_transport().get_remote_server_key()
+        transport = self._conn.client.get_transport()
+        # keepalives make a silently dropped network show up as a dead transport
+        transport.set_keepalive(KEEPALIVE_SECONDS)
+        key = transport.get_remote_server_key()
         self.host_key_fingerprint = fingerprint(key)
         self.host_key_accepted_new = policy.accepted is not None
 
@@ -337,7 +398,8 @@ class SshTransport:
             if not self._transport_alive():
                 raise BoxError(self.name, "disconnected", "connection lost during a command")
             select.select([channel], [], [], min(remaining, 0.1))
-        if not channel.exit_status_ready() and not self._transport_alive():
+        # paramiko marks a channel closed by a dead connection as "exit status ready" with -1
+        if channel.exit_status == -1 and not self._transport_alive():
             raise BoxError(self.name, "disconnected", "connection lost during a command")
         self.stats.received += len(out) + len(err)
         code = channel.recv_exit_status() if channel.exit_status_ready() else -1
@@ -350,7 +412,8 @@ class SshTransport:
     def _kill_group(self, pid: int | None) -> None:
         if not pid or pid <= 1 or not self._transport_alive():
             return
-        script = 'kill -KILL -- "-$1" 2>/dev/null || kill -KILL "$1" 2>/dev/null; exit 0'
+        # dash's kill rejects `--` and `-s KILL -PID`; `-9 -PID` works in dash, bash and busybox
+        script = 'kill -9 "-$1" 2>/dev/null || kill -9 "$1" 2>/dev/null; exit 0'
         try:
             self.run(["sh", "-c", script, "sh", str(pid)], timeout=KILL_TIMEOUT)
         except BoxError:
@@ -425,9 +488,7 @@ class SshTransport:
                     handle.prefetch(info.st_size)
                 data = handle.read(max_bytes + 1)
             if len(data) > max_bytes:  # grew between stat and read
-                raise IntegrityError(
-                    f"{self.name}: {remote_path} is over the {max_bytes}-byte cap"
-                )
+                raise IntegrityError(f"{self.name}: {remote_path} is over the {max_bytes}-byte cap")
             self.stats.received += len(data)
             return data
 

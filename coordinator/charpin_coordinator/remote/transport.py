@@ -96,6 +96,7 @@ class LocalTransport:
     ) -> Completed:
         """Run argv in its own session so a timeout can kill the whole process group."""
         self.stats.commands += 1
+        self.stats.sent += len(stdin or b"")  # counted like SshTransport, which sends it
         merged = dict(self._base_env)
         merged.update(env or {})
         proc = subprocess.Popen(

@@ -28,7 +28,7 @@ def add_parsers(sub: Any) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--staged", action="store_true", help="check the index (pre-commit)")
     what.add_argument("--range", metavar="REV..REV", help="check each commit of a range (CI)")
-    actions = parser.add_subparsers(dest="guard_action", metavar="ACTION")
+    actions = parser.add_subparsers(dest="guard_action", metavar="[install]")
     install = actions.add_parser("install", help="write .git/hooks/pre-commit (core.hooksPath)")
     install.add_argument("--force", action="store_true", help="replace a foreign hook (keeps .bak)")
     install.set_defaults(handler=_install)

@@ -40,7 +40,8 @@ def build_inventory(repo: Path, cfg: CharpinConfig) -> Inventory:
     scripts, script_notes = find_scripts(repo)
     by_name = {m.dotted: m for m in modules}
     entries = _main_entries(modules) + [_script_entry(s, by_name, modules) for s in scripts]
-    entries = [_with_reads(e, by_name) for e in entries]
+    graph = _Graph(modules)
+    entries = [_with_reads(e, graph) for e in entries]
     targets, pin_notes = read_targets(repo, cfg.pins.file, cfg.pins.cases)
     entries = [replace(e, pinned=targets.targets(e)) for e in entries]
     return Inventory(entries=sort_entries(entries), notes=sorted(notes + script_notes + pin_notes))
@@ -134,31 +135,40 @@ def _by_suffix(module_name: str, modules: list[ModuleFacts]) -> ModuleFacts | No
     return hits[0] if len(hits) == 1 else None
 
 
-def _with_reads(entry: Entry, by_name: dict[str, ModuleFacts]) -> Entry:
-    by_path = {m.path: m for m in by_name.values()}
-    start = by_path.get(entry.source)
-    if start is None:
+class _Graph:
+    """Static import edges between repository modules, resolved once."""
+
+    def __init__(self, modules: list[ModuleFacts]) -> None:
+        self.by_path = {m.path: m for m in modules}
+        by_name: dict[str, ModuleFacts] = {}
+        for module in modules:  # sorted by path, so a duplicate name resolves the same way
+            by_name.setdefault(module.dotted, module)
+        self.edges = {
+            m.path: sorted({by_name[n].path for n in _resolve_imports(m, by_name)})
+            for m in modules
+        }
+
+    def closure(self, path: str) -> list[ModuleFacts]:
+        seen = {path}
+        queue = [path]
+        while queue:
+            for found in self.edges[queue.pop()]:
+                if found not in seen:
+                    seen.add(found)
+                    queue.append(found)
+        return [self.by_path[p] for p in sorted(seen)]
+
+
+def _with_reads(entry: Entry, graph: _Graph) -> Entry:
+    if entry.source not in graph.by_path:
         return entry
-    closure = _closure(start, by_name)
+    closure = graph.closure(entry.source)
     env = sorted(set().union(*(m.env for m in closure)))
     effects = sorted(
         {f for m in closure for f in m.effects}, key=lambda e: (e.file, e.line, e.kind, e.detail)
     )
     dynamic = sum(m.dynamic_env for m in closure)
     return replace(entry, env=env, dynamic_env=dynamic, effects=effects)
-
-
-def _closure(start: ModuleFacts, by_name: dict[str, ModuleFacts]) -> list[ModuleFacts]:
-    seen: dict[str, ModuleFacts] = {start.path: start}
-    queue = [start]
-    while queue:
-        module = queue.pop()
-        for name in _resolve_imports(module, by_name):
-            found = by_name[name]
-            if found.path not in seen:
-                seen[found.path] = found
-                queue.append(found)
-    return [seen[p] for p in sorted(seen)]
 
 
 def _resolve_imports(module: ModuleFacts, by_name: dict[str, ModuleFacts]) -> set[str]:

@@ -7,6 +7,7 @@ or executed, so scanning a hostile tree is safe.
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass, field
 
 from charpin_runner.inventory.model import Effect
@@ -33,7 +34,10 @@ class ModuleFacts:
 
 def scan_module(source: bytes, path: str, dotted: str) -> ModuleFacts:
     """Parse source; raises SyntaxError/ValueError/RecursionError for unparseable files."""
-    tree = ast.parse(source, filename=path)
+    with warnings.catch_warnings():
+        # Old code is full of invalid escapes; the compiler's SyntaxWarnings are not ours to show.
+        warnings.simplefilter("ignore")
+        tree = ast.parse(source, filename=path)
     facts = ModuleFacts(path=path, dotted=dotted)
     names = _Aliases.collect(tree)
     main = _main_block(tree)

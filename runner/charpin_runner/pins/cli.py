@@ -14,7 +14,7 @@ import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 from charpin_runner import config as charpin_config
 from charpin_runner.errors import EXIT_CLEAN, EXIT_DRIFT, CharpinError, UsageError
@@ -87,7 +87,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     raise UsageError("charpin pins: choose a subcommand: record, check or cover")
 
 
-def _load(args: argparse.Namespace) -> Tuple[Path, PinsConfig]:
+def _load(args: argparse.Namespace) -> tuple[Path, PinsConfig]:
     repo = Path(args.repo).resolve()
     if not repo.is_dir():
         raise UsageError(f"--repo {args.repo} is not a folder; pass the repository root")
@@ -126,7 +126,7 @@ def _check(args: argparse.Namespace) -> int:
     return status
 
 
-def _prove(outcomes: List[Outcome], pins: List[Pin]) -> int:
+def _prove(outcomes: list[Outcome], pins: list[Pin]) -> int:
     for warning in weak_pins(pins):
         print(f"warning: {warning}", file=sys.stderr)
     problems = prove(outcomes)
@@ -163,7 +163,7 @@ def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConf
     print(f"  actual outputs: {shown}/")
 
 
-def _parse_env(items: List[str]) -> Dict[str, str]:
+def _parse_env(items: list[str]) -> dict[str, str]:
     env = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -197,9 +197,9 @@ def _new_case(args: argparse.Namespace, config: PinsConfig) -> Optional[Case]:
     )
 
 
-def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> List[Pin]:
+def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> list[Pin]:
     """Pins to record: pending ones, plus those named by --update; refuse silent overwrites."""
-    updates: List[str] = args.update or []
+    updates: list[str] = args.update or []
     if updates and os.environ.get("CI"):
         raise UsageError(
             "refusing --update while CI is set; re-record pins locally and commit them"
@@ -242,11 +242,11 @@ def _record(args: argparse.Namespace) -> int:
         require_pins(pin_set, config)
         print("pins: nothing to record (every pin has a golden; use --update [ID] to re-record)")
         return EXIT_CLEAN
-    results: Dict[str, Recorded] = {}
-    refused: List[str] = []
+    results: dict[str, Recorded] = {}
+    refused: list[str] = []
     with Session(repo, config) as session:
 
-        def one(pin: Pin) -> Tuple[Pin, Optional[Recorded], Optional[str]]:
+        def one(pin: Pin) -> tuple[Pin, Optional[Recorded], Optional[str]]:
             try:
                 return pin, record_case(session, pin.case), None
             except CharpinError as exc:
@@ -269,7 +269,7 @@ def _record(args: argparse.Namespace) -> int:
     return EXIT_DRIFT if refused else EXIT_CLEAN
 
 
-def _write(pin_set: PinSet, new: Optional[Case], results: Dict[str, Recorded]) -> None:
+def _write(pin_set: PinSet, new: Optional[Case], results: dict[str, Recorded]) -> None:
     jsonl = list(pin_set.jsonl)
     if new is not None and new.id in results and new.id not in {p.case.id for p in jsonl}:
         jsonl.append(Pin(new, None))
@@ -291,7 +291,7 @@ def _write(pin_set: PinSet, new: Optional[Case], results: Dict[str, Recorded]) -
 
 
 def _cover(args: argparse.Namespace) -> int:
-    from charpin_runner.pins.cover import cover  # noqa: PLC0415 - optional extra
+    from charpin_runner.pins.cover import cover
 
     repo, config = _load(args)
     pin_set = load_pins(repo, config)
@@ -311,7 +311,7 @@ def _cover(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def _ranges(numbers: List[int]) -> str:
+def _ranges(numbers: list[int]) -> str:
     parts = []
     start = prev = numbers[0]
     for n in numbers[1:]:

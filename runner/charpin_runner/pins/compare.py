@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 from charpin_runner.pins.model import Observation
 
@@ -43,10 +42,10 @@ PRIORITY = (
 
 _SPACE = re.compile(rb"\s+")
 
-Comparator = Callable[[Observation, Observation], List[str]]
+Comparator = Callable[[Observation, Observation], list[str]]
 
 
-def primary(classes: List[str]) -> Optional[str]:
+def primary(classes: list[str]) -> Optional[str]:
     """The most specific class of a failure, or None when there is none."""
     for name in PRIORITY:
         if name in classes:
@@ -62,7 +61,7 @@ def _stream_class(golden: bytes, actual: bytes, name: str) -> Optional[str]:
     return name
 
 
-def compare(golden: Observation, actual: Observation, modes: bool = True) -> List[str]:
+def compare(golden: Observation, actual: Observation, modes: bool = True) -> list[str]:
     """Every failure class that applies, in PRIORITY order; empty means identical."""
     found = set()
     if golden.exit_code != actual.exit_code:
@@ -88,7 +87,7 @@ def compare(golden: Observation, actual: Observation, modes: bool = True) -> Lis
     return [name for name in PRIORITY if name in found]
 
 
-def _lines(data: bytes) -> List[str]:
+def _lines(data: bytes) -> list[str]:
     text = data.decode("utf-8", "backslashreplace")
     lines = text.splitlines(keepends=True)
     # Make a missing final newline visible, as diff(1) does.
@@ -97,7 +96,7 @@ def _lines(data: bytes) -> List[str]:
     return lines
 
 
-def unified(golden: bytes, actual: bytes, label: str, cap: int) -> List[str]:
+def unified(golden: bytes, actual: bytes, label: str, cap: int) -> list[str]:
     """A unified diff of two byte streams, capped at cap lines."""
     out = []
     for line in difflib.unified_diff(
@@ -110,9 +109,9 @@ def unified(golden: bytes, actual: bytes, label: str, cap: int) -> List[str]:
     return out
 
 
-def describe(golden: Observation, actual: Observation, cap: int) -> List[str]:
+def describe(golden: Observation, actual: Observation, cap: int) -> list[str]:
     """Human-readable detail lines for a drift: exit code, stream diffs, file set and content."""
-    lines: List[str] = []
+    lines: list[str] = []
     if golden.exit_code != actual.exit_code:
         lines.append(f"exit code: golden {golden.exit_code}, actual {actual.exit_code}")
     for label, want, got in (

@@ -7,7 +7,7 @@ are validated by charpin_runner.schema on boxes and by msgspec on the coordinato
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Literal, Optional
+from typing import Literal, Optional
 
 # What a normalisation rule rewrites. Path kinds become tokens ($WORK, $TMP, $HOME, $REPO) and are
 # anchored at path boundaries; "timestamp" rewrites ISO-8601 stamps; "regex" is user supplied.
@@ -24,7 +24,7 @@ class NormRule:
     replace: Optional[str] = None
 
 
-def default_rules() -> List[NormRule]:
+def default_rules() -> list[NormRule]:
     """The path rules every pin gets unless [tool.charpin.pins] lists its own."""
     return [
         NormRule(name="work", kind="work"),
@@ -47,8 +47,8 @@ class PinsConfig:
     # 0 means one worker per CPU.
     jobs: int = 0
     # Extra fixed variables given to every pin on top of the built-in base.
-    env_base: Dict[str, str] = field(default_factory=dict)
-    normalise: List[NormRule] = field(default_factory=default_rules)
+    env_base: dict[str, str] = field(default_factory=dict)
+    normalise: list[NormRule] = field(default_factory=default_rules)
     actual_dir: str = ".charpin/pins-actual"
     # Output files up to this size that decode as UTF-8 keep their text in the golden for diffs.
     text_limit: int = 65536

@@ -11,7 +11,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from charpin_runner.errors import ConfigError, UsageError
 from charpin_runner.pins.execute import Session, run_case
@@ -23,15 +23,15 @@ class FileCover:
     """Coverage of one entry-point file by all pins together."""
 
     path: str
-    missing_lines: List[int]
-    missing_branches: List[Tuple[int, int]]
+    missing_lines: list[int]
+    missing_branches: list[tuple[int, int]]
     lines: int
     branches: int
 
 
 def _coverage() -> Any:
     try:
-        import coverage  # noqa: PLC0415 - optional extra, local side only
+        import coverage
     except ImportError:
         raise UsageError(
             "charpin pins cover needs coverage.py; pip install 'charpin-remote[cover]'"
@@ -39,7 +39,7 @@ def _coverage() -> Any:
     return coverage
 
 
-def cover(session: Session, pins: List[Pin], jobs: int) -> List[FileCover]:
+def cover(session: Session, pins: list[Pin], jobs: int) -> list[FileCover]:
     """Replay Python-target pins under coverage and report per entry point."""
     coverage = _coverage()
     targets = [p for p in pins if p.case.argv[0].endswith(".py")]
@@ -50,7 +50,7 @@ def cover(session: Session, pins: List[Pin], jobs: int) -> List[FileCover]:
     rcfile = session.dir / "coveragerc"
     rcfile.write_text("[run]\nbranch = True\n", encoding="utf-8")
 
-    def one(index_pin: Tuple[int, Pin]) -> Path:
+    def one(index_pin: tuple[int, Pin]) -> Path:
         index, pin = index_pin
         data = data_dir / f".coverage.{index}"
         prefix = ["-m", "coverage", "run", "--branch", f"--rcfile={rcfile}", f"--data-file={data}"]
@@ -72,7 +72,7 @@ def cover(session: Session, pins: List[Pin], jobs: int) -> List[FileCover]:
     report = session.dir / "coverage.json"
     cov.json_report(morfs=entry_points, outfile=str(report), ignore_errors=True)
     data = json.loads(report.read_text(encoding="utf-8"))
-    by_real: Dict[str, Any] = {}
+    by_real: dict[str, Any] = {}
     for name, info in data.get("files", {}).items():
         by_real[str(Path(name).resolve())] = info
     results = []

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 from charpin_runner.errors import RunError
 from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR
@@ -33,7 +33,7 @@ class Perturbation:
     """A deliberate change to the replay conditions, used to prove a recording is stable."""
 
     name: str
-    env: Dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
     umask: Optional[int] = None
     root: Optional[Path] = None
 
@@ -43,8 +43,8 @@ class Run:
     """One replay: the normalised observation plus what the sandbox saw."""
 
     observation: Observation
-    file_bytes: Dict[str, bytes]
-    outside_writes: List[str]
+    file_bytes: dict[str, bytes]
+    outside_writes: list[str]
     timed_out: bool = False
     error: Optional[str] = None
 
@@ -71,8 +71,8 @@ class Session:
         self.close()
 
     def command(
-        self, case: Case, side_file: Path, prefix: Optional[List[str]] = None
-    ) -> Tuple[List[str], bool]:
+        self, case: Case, side_file: Path, prefix: Optional[list[str]] = None
+    ) -> tuple[list[str], bool]:
         """The argv to start, and whether env reads are recorded (Python targets only)."""
         target = case.argv[0]
         if target.endswith(".py"):
@@ -88,7 +88,7 @@ class Session:
             target = str(self.repo / target)
         return [target, *case.argv[1:]], False
 
-    def base_env(self, sandbox: Path) -> Dict[str, str]:
+    def base_env(self, sandbox: Path) -> dict[str, str]:
         env = {
             "PATH": self.base_path,
             "LANG": "C.UTF-8",
@@ -102,9 +102,9 @@ class Session:
         return env
 
 
-def _signature(root: Path, skip: Optional[Path]) -> Dict[str, Tuple[int, int, int, int]]:
+def _signature(root: Path, skip: Optional[Path]) -> dict[str, tuple[int, int, int, int]]:
     """Cheap per-entry state (type+mode, size, mtime, inode) of everything under root but skip."""
-    out: Dict[str, Tuple[int, int, int, int]] = {}
+    out: dict[str, tuple[int, int, int, int]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         if skip is not None:
@@ -118,8 +118,8 @@ def _signature(root: Path, skip: Optional[Path]) -> Dict[str, Tuple[int, int, in
     return out
 
 
-def _outputs(out_dir: Path) -> Dict[str, Tuple[bytes, int]]:
-    files: Dict[str, Tuple[bytes, int]] = {}
+def _outputs(out_dir: Path) -> dict[str, tuple[bytes, int]]:
+    files: dict[str, tuple[bytes, int]] = {}
     if not out_dir.is_dir():
         return files
     for dirpath, _dirs, filenames in os.walk(out_dir):
@@ -148,7 +148,7 @@ def run_case(
     perturbation: Optional[Perturbation] = None,
     sandbox: Optional[Path] = None,
     keep: bool = False,
-    prefix: Optional[List[str]] = None,
+    prefix: Optional[list[str]] = None,
 ) -> Run:
     """Replay case once; a given sandbox path is (re)created so a repeat sees identical paths."""
     config = session.config
@@ -172,7 +172,7 @@ def _run_in(
     perturbation: Optional[Perturbation],
     sandbox: Path,
     config: PinsConfig,
-    prefix: Optional[List[str]],
+    prefix: Optional[list[str]],
 ) -> Run:
     work = sandbox / "work"
     if case.fixtures is not None:
@@ -196,7 +196,7 @@ def _run_in(
     if records_env:
         env[ENV_VAR] = str(side)
     watched = [(work, out_dir), (sandbox / "home", None)]
-    before: Dict[str, Tuple[int, int, int, int]] = {}
+    before: dict[str, tuple[int, int, int, int]] = {}
     for place, skip in watched:
         before.update(_signature(place, skip))
     umask = perturbation.umask if perturbation and perturbation.umask is not None else DEFAULT_UMASK
@@ -224,14 +224,14 @@ def _run_in(
     finally:
         # Children left behind must not keep writing after we look.
         _kill_group(proc.pid)
-    after: Dict[str, Tuple[int, int, int, int]] = {}
+    after: dict[str, tuple[int, int, int, int]] = {}
     for place, skip in watched:
         after.update(_signature(place, skip))
     outside = sorted(
         _display(p, sandbox) for p in set(before) | set(after) if before.get(p) != after.get(p)
     )
     outputs = _outputs(out_dir)
-    env_read: Optional[List[str]] = None
+    env_read: Optional[list[str]] = None
     if records_env and side.is_file():
         text = side.read_text(encoding="utf-8")
         env_read = sorted(k for k in text.split("\n") if k)
@@ -241,8 +241,8 @@ def _run_in(
     rules = compile_rules(list(config.normalise), places)
     names = sorted(outputs)
     blobs, counts = normalise_all(rules, [stdout, stderr, *(outputs[n][0] for n in names)])
-    files: Dict[str, OutFile] = {}
-    file_bytes: Dict[str, bytes] = {}
+    files: dict[str, OutFile] = {}
+    file_bytes: dict[str, bytes] = {}
     for name, data in zip(names, blobs[2:]):
         file_bytes[name] = data
         files[name] = OutFile(

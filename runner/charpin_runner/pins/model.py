@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 from charpin_runner.errors import IntegrityError
 
@@ -20,8 +20,8 @@ class Case:
     """What to run: argv[0] is a Python script (`*.py`, repo-relative) or any command."""
 
     id: str
-    argv: Tuple[str, ...]
-    env: Dict[str, str] = field(default_factory=dict)
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
     stdin: bytes = b""
     cwd_rel: str = "."
     # Repo-relative folder copied as the fresh work folder (a case folder's work/).
@@ -45,10 +45,10 @@ class Observation:
     exit_code: int
     stdout: bytes
     stderr: bytes
-    files: Dict[str, OutFile] = field(default_factory=dict)
+    files: dict[str, OutFile] = field(default_factory=dict)
     # Sorted env keys a Python target read; None for other commands (not observable).
-    env_read: Optional[List[str]] = None
-    norm_counts: Dict[str, int] = field(default_factory=dict)
+    env_read: Optional[list[str]] = None
+    norm_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def check_id(pin_id: str, where: str) -> str:
     return pin_id
 
 
-def encode_bytes(data: bytes) -> Union[str, Dict[str, str]]:
+def encode_bytes(data: bytes) -> Union[str, dict[str, str]]:
     """UTF-8 text stays a string; anything else becomes {"b64": ...} so nothing is lost."""
     try:
         return data.decode("utf-8")
@@ -85,11 +85,11 @@ def decode_b64(text: str, where: str) -> bytes:
         raise IntegrityError(f"{where}: invalid base64; re-record the pin") from None
 
 
-def observation_to_json(obs: Observation) -> Dict[str, Any]:
+def observation_to_json(obs: Observation) -> dict[str, Any]:
     """The observation fields of a pin as JSON-ready data."""
-    files: Dict[str, Any] = {}
+    files: dict[str, Any] = {}
     for path, entry in sorted(obs.files.items()):
-        item: Dict[str, Any] = {"sha256": entry.sha256, "mode": entry.mode}
+        item: dict[str, Any] = {"sha256": entry.sha256, "mode": entry.mode}
         if entry.text is not None:
             item["text"] = entry.text
         files[path] = item
@@ -103,9 +103,9 @@ def observation_to_json(obs: Observation) -> Dict[str, Any]:
     }
 
 
-def case_to_json(case: Case) -> Dict[str, Any]:
+def case_to_json(case: Case) -> dict[str, Any]:
     """The input fields of a pin as JSON-ready data (pins.jsonl form)."""
-    data: Dict[str, Any] = {
+    data: dict[str, Any] = {
         "id": case.id,
         "argv": list(case.argv),
         "env": dict(sorted(case.env.items())),

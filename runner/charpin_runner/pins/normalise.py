@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Pattern, Tuple
+from re import Match, Pattern
 
 from charpin_runner.errors import ConfigError
 from charpin_runner.pins.config import NormRule
@@ -37,7 +37,7 @@ class Places:
     repo: str
 
 
-def _path_pattern(paths: List[str]) -> Pattern[bytes]:
+def _path_pattern(paths: list[str]) -> Pattern[bytes]:
     variants = []
     for path in paths:
         for form in {path, os.path.realpath(path)}:
@@ -47,7 +47,7 @@ def _path_pattern(paths: List[str]) -> Pattern[bytes]:
     return re.compile(_BEFORE + b"(?:" + b"|".join(variants) + b")" + _AFTER)
 
 
-def compile_rules(rules: List[NormRule], places: Places) -> List[Tuple[str, Pattern[bytes], bytes]]:
+def compile_rules(rules: list[NormRule], places: Places) -> list[tuple[str, Pattern[bytes], bytes]]:
     """Turn configured rules into (name, regex, replacement) for one run."""
     out = []
     names = set()
@@ -79,16 +79,26 @@ def compile_rules(rules: List[NormRule], places: Places) -> List[Tuple[str, Patt
     return out
 
 
+class _Literal:
+    """A replacement callable keeps the token literal (no backslash-group expansion surprises)."""
+
+    def __init__(self, token: bytes) -> None:
+        self.token = token
+
+    def __call__(self, _match: Match[bytes]) -> bytes:
+        return self.token
+
+
 def normalise_all(
-    rules: List[Tuple[str, Pattern[bytes], bytes]], blobs: List[bytes]
-) -> Tuple[List[bytes], Dict[str, int]]:
+    rules: list[tuple[str, Pattern[bytes], bytes]], blobs: list[bytes]
+) -> tuple[list[bytes], dict[str, int]]:
     """Apply every rule, in order, to every blob; return the new blobs and per-rule hit counts."""
-    counts: Dict[str, int] = {}
+    counts: dict[str, int] = {}
     for name, regex, token in rules:
         total = 0
+        literal = _Literal(token)
         for index, blob in enumerate(blobs):
-            # A lambda keeps the replacement literal (no backslash-group expansion surprises).
-            blobs[index], hits = regex.subn(lambda _m, t=token: t, blob)
+            blobs[index], hits = regex.subn(literal, blob)
             total += hits
         counts[name] = total
     return blobs, counts

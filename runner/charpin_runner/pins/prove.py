@@ -8,7 +8,6 @@ perturbed golden drift. A comparator that stays quiet is blind to that part of t
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Tuple
 
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins.model import Observation, Pin
@@ -22,7 +21,7 @@ def _flip(data: bytes) -> bytes:
     return data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1 :]
 
 
-def mutants(golden: Observation) -> List[Tuple[str, Observation]]:
+def mutants(golden: Observation) -> list[tuple[str, Observation]]:
     """One-step perturbations of a golden, each named."""
     out = [
         ("one stdout byte", dataclasses.replace(golden, stdout=_flip(golden.stdout))),
@@ -39,7 +38,7 @@ def mutants(golden: Observation) -> List[Tuple[str, Observation]]:
     return out
 
 
-def prove(outcomes: List[Outcome], comparator: cmp.Comparator = cmp.compare) -> List[str]:
+def prove(outcomes: list[Outcome], comparator: cmp.Comparator = cmp.compare) -> list[str]:
     """Problems found: each names a pin and the perturbation the comparator missed."""
     problems = []
     for outcome in outcomes:
@@ -54,10 +53,10 @@ def prove(outcomes: List[Outcome], comparator: cmp.Comparator = cmp.compare) -> 
     return problems
 
 
-def weak_pins(pins: List[Pin]) -> List[str]:
+def weak_pins(pins: list[Pin]) -> list[str]:
     """Warnings for pins that would pass for almost any program."""
     warnings = []
-    seen: Dict[Tuple[int, bytes, bytes, Tuple[Tuple[str, str], ...]], str] = {}
+    seen: dict[tuple[int, bytes, bytes, tuple[tuple[str, str], ...]], str] = {}
     for pin in pins:
         golden = pin.golden
         if golden is None:

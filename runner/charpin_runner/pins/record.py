@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
@@ -126,7 +126,7 @@ def _prove_stable(session: Session, case: Case, base: Run, sandbox: Path) -> Non
     raise _refuse(case, culprit or combined.name, base, evidence)
 
 
-def changes(old: Observation, new: Observation) -> List[str]:
+def changes(old: Observation, new: Observation) -> list[str]:
     """What an update changed, by category (exit code, stdout, stderr, file set, file content...)."""
     names = {
         cmp.EXIT_CODE: "exit code",

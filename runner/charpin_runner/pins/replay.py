@@ -9,7 +9,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 from charpin_runner.config import CharpinConfig
 from charpin_runner.errors import CharpinError
@@ -27,7 +27,7 @@ class Outcome:
 
     pin: Pin
     run: Run
-    classes: List[str] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
 
     @property
     def failure_class(self) -> Optional[str]:
@@ -48,7 +48,7 @@ def jobs_for(config: PinsConfig, jobs: Optional[int]) -> int:
 
 def judge(pin: Pin, run: Run, comparator: cmp.Comparator = cmp.compare) -> Outcome:
     """Classify a replay against the pin's golden (the run's own failures come first)."""
-    classes: List[str] = []
+    classes: list[str] = []
     if run.error is not None:
         classes.append(cmp.ERROR)
     if run.timed_out:
@@ -65,11 +65,11 @@ def judge(pin: Pin, run: Run, comparator: cmp.Comparator = cmp.compare) -> Outco
 
 def replay(
     session: Session,
-    pins: List[Pin],
+    pins: list[Pin],
     jobs: int,
     comparator: cmp.Comparator = cmp.compare,
     on_done: Optional[Callable[[Outcome], None]] = None,
-) -> List[Outcome]:
+) -> list[Outcome]:
     """Replay every pin (in parallel) and judge it; results keep the pins' order."""
 
     def one(pin: Pin) -> Outcome:

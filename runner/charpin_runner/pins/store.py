@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Optional, Union
 
 from charpin_runner.errors import ConfigError, IntegrityError
 from charpin_runner.pins.config import PinsConfig
@@ -48,44 +48,52 @@ class _ObservationJson:
     exit_code: int
     stdout: Union[str, _B64] = ""
     stderr: Union[str, _B64] = ""
-    files: Dict[str, _FileJson] = field(default_factory=dict)
-    env_read: Optional[List[str]] = None
-    norm_counts: Dict[str, int] = field(default_factory=dict)
+    files: dict[str, _FileJson] = field(default_factory=dict)
+    env_read: Optional[list[str]] = None
+    norm_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class _PinLine:
     id: str
-    argv: List[str]
-    env: Dict[str, str] = field(default_factory=dict)
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
     stdin: Union[str, _B64] = ""
     cwd_rel: str = "."
     fixtures: Optional[str] = None
     exit_code: Optional[int] = None
     stdout: Union[str, _B64] = ""
     stderr: Union[str, _B64] = ""
-    files: Dict[str, _FileJson] = field(default_factory=dict)
-    env_read: Optional[List[str]] = None
-    norm_counts: Dict[str, int] = field(default_factory=dict)
+    files: dict[str, _FileJson] = field(default_factory=dict)
+    env_read: Optional[list[str]] = None
+    norm_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class PinSet:
     """Every pin of a repository, with where each format lives."""
 
-    jsonl: List[Pin]
-    folders: List[Pin]
+    jsonl: list[Pin]
+    folders: list[Pin]
     jsonl_path: Path
     cases_dir: Path
     goldens_dir: Path
 
     @property
-    def all(self) -> List[Pin]:
+    def all(self) -> list[Pin]:
         return [*self.jsonl, *self.folders]
 
     @property
     def present(self) -> bool:
         return self.jsonl_path.is_file() or self.cases_dir.is_dir()
+
+
+def _strict(data: Any, cls: Any, where: str) -> Any:
+    """schema.convert, but a bad pins file is an integrity failure (exit 8), not a config error."""
+    try:
+        return convert(data, cls, "$")
+    except ConfigError as exc:
+        raise IntegrityError(f"{where}: {exc}; fix or re-record it") from None
 
 
 def _bytes(value: Union[str, _B64], where: str) -> bytes:
@@ -120,7 +128,7 @@ def parse_line(text: str, where: str) -> Pin:
         data = json.loads(text)
     except ValueError as exc:
         raise IntegrityError(f"{where}: not JSON ({exc}); fix or re-record the line") from None
-    line = convert(data, _PinLine, "$", IntegrityError)
+    line = _strict(data, _PinLine, where)
     case = Case(
         id=check_id(line.id, where),
         argv=tuple(line.argv),
@@ -136,7 +144,7 @@ def parse_line(text: str, where: str) -> Pin:
     return Pin(case, golden)
 
 
-def load_jsonl(path: Path, label: str) -> List[Pin]:
+def load_jsonl(path: Path, label: str) -> list[Pin]:
     """Read pins.jsonl; blank lines are skipped; a corrupt line is refused with its number."""
     try:
         text = path.read_bytes().decode("utf-8")
@@ -178,11 +186,11 @@ def load_folder(repo: Path, folder: Path, goldens: Path) -> Pin:
     argv: Any = []
     if (folder / "argv.json").is_file():
         argv = _read_json(folder / "argv.json", f"{label}/argv.json")
-    argv = convert(argv, List[str], "$", IntegrityError)  # type: ignore[arg-type]
+    argv = _strict(argv, list[str], f"{label}/argv.json")
     env: Any = {}
     if (folder / "env.json").is_file():
         env = _read_json(folder / "env.json", f"{label}/env.json")
-    env = convert(env, Dict[str, str], "$", IntegrityError)  # type: ignore[arg-type]
+    env = _strict(env, dict[str, str], f"{label}/env.json")
     stdin = (folder / "stdin.bin").read_bytes() if (folder / "stdin.bin").is_file() else b""
     work = folder / "work"
     case = Case(
@@ -202,7 +210,7 @@ def load_folder(repo: Path, folder: Path, goldens: Path) -> Pin:
             if _inside(golden_path, repo)
             else str(golden_path)
         )
-        raw = convert(_read_json(golden_path, glabel), _ObservationJson, "$", IntegrityError)
+        raw = _strict(_read_json(golden_path, glabel), _ObservationJson, glabel)
         golden = _observation(raw, glabel)
     return Pin(case, golden)
 
@@ -232,7 +240,7 @@ def load_pins(repo: Path, config: PinsConfig) -> PinSet:
                 raise IntegrityError(
                     message if label in message else f"{label}: {message}"
                 ) from None
-    seen: Dict[str, str] = {}
+    seen: dict[str, str] = {}
     for pin in [*jsonl, *folders]:
         if pin.case.id in seen:
             raise IntegrityError(
@@ -260,7 +268,7 @@ def pin_line(pin: Pin) -> str:
     return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
 
-def save_jsonl(path: Path, pins: List[Pin]) -> None:
+def save_jsonl(path: Path, pins: list[Pin]) -> None:
     """Rewrite pins.jsonl atomically, keeping pin order."""
     text = "".join(pin_line(pin) + "\n" for pin in pins)
     write_atomic(path, text.encode("utf-8"), overwrite=True)

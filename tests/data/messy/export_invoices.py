@@ -1,4 +1,5 @@
 # export_invoices.py - a deliberately messy example program for charpin pins (not production code)
+# ruff: noqa: UP031 - percent formatting is part of the legacy style these examples imitate
 # Reads "customer,amount,qty" lines on stdin, prints invoices on stdout and progress on stderr.
 import os
 import sys

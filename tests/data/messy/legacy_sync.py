@@ -1,4 +1,5 @@
 # legacy_sync.py - a deliberately messy example program for charpin pins (not production code)
+# ruff: noqa: UP031 - percent formatting is part of the legacy style these examples imitate
 # Does its work at import time: reads the environment, writes a marker, prints a banner.
 import os
 import sys

@@ -1,4 +1,5 @@
 # make_report.py - a deliberately messy example program for charpin pins (not production code)
+# ruff: noqa: UP031 - percent formatting is part of the legacy style these examples imitate
 # Reads data/sales.csv from the current folder and writes a report tree under out/.
 import json
 import os

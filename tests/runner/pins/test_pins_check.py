@@ -3,37 +3,76 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import edit
+from charpin_runner.cli import main
+from pins_helpers import build_messy_repo, edit
 
 # (program, old, new, expected primary failure class, a pin it must break)
 BEHAVIOUR_CHANGES = [
-    ("export_invoices.py", "rounding=ROUND_HALF_EVEN", "rounding=\"ROUND_HALF_UP\"", "stdout",
-     "inv-usd"),
-    ("export_invoices.py", 'print("TOTAL %s" % money(total))',
-     'sys.stdout.write("TOTAL %s" % money(total))', "whitespace", "inv-usd"),
-    ("export_invoices.py", '"processed %d customers"', '"processed %d customer(s)"',
-     "stderr", "inv-usd"),
+    (
+        "export_invoices.py",
+        "rounding=ROUND_HALF_EVEN",
+        'rounding="ROUND_HALF_UP"',
+        "stdout",
+        "inv-usd",
+    ),
+    (
+        "export_invoices.py",
+        'print("TOTAL %s" % money(total))',
+        'sys.stdout.write("TOTAL %s" % money(total))',
+        "whitespace",
+        "inv-usd",
+    ),
+    (
+        "export_invoices.py",
+        '"processed %d customers"',
+        '"processed %d customer(s)"',
+        "stderr",
+        "inv-usd",
+    ),
     ("export_invoices.py", "return 3", "return 4", "exit-code", "inv-usd"),
     ("make_report.py", "indent=2", "indent=4", "file-content", "report"),
-    ("make_report.py", 'summary = {"regions": sorted(by_region), "total": sum(r[2] for r in rows)}',
-     'summary = {"total": sum(r[2] for r in rows), "regions": sorted(by_region)}\n'
-     "    json.dump = __import__('functools').partial(json.dump, sort_keys=False)",
-     "file-content", "report"),
-    ("make_report.py", '    print("%d regions" % len(by_region))',
-     '    print("%d regions" % len(by_region))\n'
-     '    open(os.path.join(OUT, "README.txt"), "w").close()', "file-set", "report"),
-    ("make_report.py", '    print("%d regions" % len(by_region))',
-     '    print("%d regions" % len(by_region))\n'
-     '    open("report.cache", "w").write("x")', "write-outside-output", "report"),
-    ("legacy_sync.py", 'COUNTER = {"items": 0}',
-     'COUNTER = {"items": 0}\nVERBOSE = os.environ.get("SYNC_VERBOSE")', "env-read", "legacy"),
-    ("legacy_sync.py", "os.makedirs(\"out\", exist_ok=True)",
-     "os.makedirs(\"out\", exist_ok=True)\nos.chmod(\"out\", 0o755)\n"
-     "open(os.path.join(\"out\", \"sync.log\"), \"w\").close()\n"
-     "os.chmod(os.path.join(\"out\", \"sync.log\"), 0o600)", "file-mode", "legacy"),
+    (
+        "make_report.py",
+        "json.dump(summary, handle, indent=2, sort_keys=True)",
+        'json.dump({"total": summary["total"], "regions": summary["regions"]}, handle, indent=2)',
+        "file-content",
+        "report",
+    ),
+    (
+        "make_report.py",
+        '    print("%d regions" % len(by_region))',
+        '    print("%d regions" % len(by_region))\n'
+        '    open(os.path.join(OUT, "README.txt"), "w").close()',
+        "file-set",
+        "report",
+    ),
+    (
+        "make_report.py",
+        '    print("%d regions" % len(by_region))',
+        '    print("%d regions" % len(by_region))\n    open("report.cache", "w").write("x")',
+        "write-outside-output",
+        "report",
+    ),
+    (
+        "legacy_sync.py",
+        'COUNTER = {"items": 0}',
+        'COUNTER = {"items": 0}\nVERBOSE = os.environ.get("SYNC_VERBOSE")',
+        "env-read",
+        "legacy",
+    ),
+    (
+        "legacy_sync.py",
+        'os.makedirs("out", exist_ok=True)',
+        'os.makedirs("out", exist_ok=True)\nos.chmod("out", 0o755)\n'
+        'open(os.path.join("out", "sync.log"), "w").close()\n'
+        'os.chmod(os.path.join("out", "sync.log"), 0o600)',
+        "file-mode",
+        "legacy",
+    ),
 ]
 
 REFACTORS = [
@@ -41,18 +80,30 @@ REFACTORS = [
     ("export_invoices.py", "SEEN = []", "SEEN: list = []  # customers seen so far"),
     ("make_report.py", "by_region = {}\n", "by_region: dict = {}\n"),
     ("make_report.py", "def load(path):", "def load(path, *, encoding=None):"),
-    ("legacy_sync.py", "    for name in names:\n        COUNTER[\"items\"] += 1\n",
-     "    for name in list(names):\n        COUNTER[\"items\"] = COUNTER[\"items\"] + 1\n"),
+    (
+        "legacy_sync.py",
+        '    for name in names:\n        COUNTER["items"] += 1\n',
+        '    for name in list(names):\n        COUNTER["items"] = COUNTER["items"] + 1\n',
+    ),
 ]
 
 
+@pytest.fixture(scope="module")
+def recorded_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Recording proves stability with several replays per pin, so do it once per module.
+    repo = build_messy_repo(tmp_path_factory.mktemp("recorded"))
+    code = main(["pins", "record", "--repo", str(repo)])
+    assert code == 0
+    return repo
+
+
 @pytest.fixture
-def recorded(messy_repo: Path, charpin) -> Path:
-    code, out, err = charpin("pins", "record", "--repo", str(messy_repo))
+def recorded(recorded_once: Path, tmp_path: Path, charpin) -> Path:
+    repo = tmp_path / "copy"
+    shutil.copytree(recorded_once, repo)
+    code, out, err = charpin("pins", "check", "--repo", str(repo))
     assert code == 0, out + err
-    code, out, err = charpin("pins", "check", "--repo", str(messy_repo))
-    assert code == 0, out + err
-    return messy_repo
+    return repo
 
 
 @pytest.mark.parametrize(
@@ -82,7 +133,7 @@ def test_behaviour_preserving_refactor_stays_green(
 
 
 def test_failure_output_is_actionable(recorded: Path, charpin) -> None:
-    edit(recorded / "export_invoices.py", "rounding=ROUND_HALF_EVEN", "rounding=\"ROUND_HALF_UP\"")
+    edit(recorded / "export_invoices.py", "rounding=ROUND_HALF_EVEN", 'rounding="ROUND_HALF_UP"')
     code, out, _err = charpin("pins", "check", "--repo", str(recorded))
     assert code == 2
     assert "argv: ['export_invoices.py']" in out
@@ -105,7 +156,9 @@ def test_report_outputs_kept_and_diffed(recorded: Path, charpin) -> None:
 
 
 def test_missing_final_newline_is_a_difference(recorded: Path, charpin) -> None:
-    edit(recorded / "legacy_sync.py", 'print("sync %s" % name)', 'sys.stdout.write("sync %s" % name)')
+    edit(
+        recorded / "legacy_sync.py", 'print("sync %s" % name)', 'sys.stdout.write("sync %s" % name)'
+    )
     code, out, _err = charpin("pins", "check", "--repo", str(recorded))
     assert code == 2
     assert "DRIFT legacy [whitespace]" in out
@@ -114,21 +167,31 @@ def test_missing_final_newline_is_a_difference(recorded: Path, charpin) -> None:
 
 def test_timeout_is_a_failure_class(recorded: Path, charpin) -> None:
     (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 1.0\n")
-    edit(recorded / "legacy_sync.py", "def sync(names):", "import time\ntime.sleep(30)\n\n\ndef sync(names):")
+    edit(
+        recorded / "legacy_sync.py",
+        "def sync(names):",
+        "import time\ntime.sleep(30)\n\n\ndef sync(names):",
+    )
     code, out, _err = charpin("pins", "check", "--repo", str(recorded), "--id", "legacy")
     assert code == 2
     assert "DRIFT legacy [timeout]" in out
 
 
 def test_new_env_key_is_drift_even_while_unset(recorded: Path, charpin) -> None:
-    edit(recorded / "export_invoices.py", "TAX = Decimal(", 'os.getenv("INVOICE_DEBUG")\nTAX = Decimal(')
+    edit(
+        recorded / "export_invoices.py",
+        "TAX = Decimal(",
+        'os.getenv("INVOICE_DEBUG")\nTAX = Decimal(',
+    )
     code, out, _err = charpin("pins", "check", "--repo", str(recorded))
     assert code == 2
     assert "DRIFT inv-usd [env-read]" in out
     assert "new ['INVOICE_DEBUG']" in out
 
 
-def test_pin_runs_with_only_declared_env(recorded: Path, charpin, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pin_runs_with_only_declared_env(
+    recorded: Path, charpin, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A value in the caller's environment must not reach the pin.
     monkeypatch.setenv("CURRENCY", "EUR")
     monkeypatch.setenv("TAX_RATE", "0.5")

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from charpin_runner.errors import IntegrityError
 from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.model import Case, Observation, OutFile, Pin
@@ -38,7 +37,11 @@ def test_jsonl_and_case_folder_load_into_the_same_model(tmp_path: Path) -> None:
     pins = load_pins(repo, PinsConfig())
     one, two = pins.all
     assert one.golden == two.golden == obs
-    assert (one.case.argv, one.case.env, one.case.stdin) == (two.case.argv, two.case.env, two.case.stdin)
+    assert (one.case.argv, one.case.env, one.case.stdin) == (
+        two.case.argv,
+        two.case.env,
+        two.case.stdin,
+    )
     assert two.case.fixtures == "cases/two/work"
     assert two.case.stdin == RAW
     line = (repo / "pins.jsonl").read_text()

@@ -1,0 +1,113 @@
+"""CLI glue for `charpin-remote demo`, the built-in tour. Coordinator side; may print.
+
+The demo builds the example repository (remote/demo.py), then runs exactly what a user would:
+`charpin-remote run --repo <example> --hosts local,clean`, through the same parser and handler.
+Its exit code is that run's bitmask (design §6): 3 (tests failed on a box, plus drift) when the
+planted stale fixture is caught, as it should be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from charpin_runner.errors import IntegrityError, UsageError
+from charpin_runner.receipt import Receipt
+
+from charpin_coordinator.receipts import read_receipt_file
+from charpin_coordinator.remote.demo import build_demo_repo, explain
+from charpin_coordinator.report import DriftReport
+
+_HOSTS = "local,clean"
+
+
+def add_parsers(sub: Any) -> None:
+    """Register `charpin-remote demo`."""
+    parser = sub.add_parser(
+        "demo",
+        help="the built-in tour: an example repository checked with --hosts local,clean",
+        description=(
+            "Build a small example repository (an invoice exporter with pins, tests, a fixture "
+            "and a flake ledger) in a temporary folder, leave a stale fixture in its working "
+            f"tree, run `charpin-remote run --hosts {_HOSTS}` on it and explain what was caught. "
+            "Exits with the run's exit code (3 = tests failed on a box | drift)."
+        ),
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the example repository and print its path"
+    )
+    parser.add_argument(
+        "--dir",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="create the temporary folder inside DIR (default: the system temporary folder)",
+    )
+    # Builds the example without the stale fixture: the control run, used by the tests.
+    parser.add_argument("--no-stale", action="store_true", help=argparse.SUPPRESS)
+    parser.set_defaults(handler=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Build the example, run it on local and clean, print the report and the explanation."""
+    parent = args.dir
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"--dir {parent} is not a folder; create it or leave --dir out")
+    root = Path(tempfile.mkdtemp(prefix="charpin-demo-", dir=parent))
+    try:
+        demo = build_demo_repo(root / "invoice-export", stale=not args.no_stale)
+        print(f"charpin-remote demo: example repository at commit {demo.commit[:12]}", flush=True)
+        if demo.stale:
+            print(f"  left uncommitted in its working tree: {', '.join(demo.stale)}", flush=True)
+        run_id = f"demo-{secrets.token_hex(4)}"
+        print(f"  running: charpin-remote run --repo {demo.path} --hosts {_HOSTS}", flush=True)
+        code = _run(demo.path, run_id)
+        report, receipts = _load_run(demo.path / ".charpin" / "runs" / run_id)
+        _print_explanation(explain(report, receipts), report)
+        if args.keep:
+            print(f"kept the example repository: {demo.path}")
+        else:
+            print("(the example repository and its run folder are removed; --keep keeps them)")
+        return code
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(repo: Path, run_id: str) -> int:
+    """`charpin-remote run` exactly as a user would type it, through the real parser."""
+    from charpin_coordinator.cli import build_parser
+
+    argv = ["run", "--repo", str(repo), "--hosts", _HOSTS, "--run-id", run_id]
+    args = build_parser().parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+def _load_run(folder: Path) -> tuple[DriftReport, list[tuple[str, Receipt]]]:
+    """The run's drift.json and every box receipt it kept, labelled by box."""
+    try:
+        report = msgspec.json.decode((folder / "drift.json").read_bytes(), type=DriftReport)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise IntegrityError(f"the demo run left no readable {folder}/drift.json ({exc})") from exc
+    receipts = []
+    for box in sorted(p for p in folder.iterdir() if (p / "receipt.json").is_file()):
+        label = msgspec.json.decode((box / "box.json").read_bytes())["label"]
+        receipts.append((str(label), read_receipt_file(box / "receipt.json")))
+    return report, receipts
+
+
+def _print_explanation(lines: list[str], report: DriftReport) -> None:
+    print()
+    if lines:
+        print("What the demo caught:")
+        for line in lines:
+            print(f"  {line}")
+        return
+    boxes = ", ".join(box.label for box in report.boxes)
+    print(f"Nothing was caught: {boxes} agree on the commit, the tree and the fixtures.")

@@ -1,0 +1,129 @@
+"""`charpin-remote run` with the built-in boxes (local + clean): real repos, real runner, no SSH."""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from charpin_coordinator.cli import main
+from charpin_coordinator.config import load_config
+from charpin_coordinator.remote import snapshot
+from charpin_coordinator.remote.boxrun import BoxTarget, RunPlan, run_box
+from charpin_coordinator.remote.bundle import runner_bundle
+from charpin_coordinator.remote.transport import LocalTransport
+from tests.conftest import git
+
+RUNNER_PATH = str(Path(__file__).resolve().parents[2] / "runner")
+
+
+@pytest.fixture(autouse=True)
+def _runner_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The local box runs `python -m charpin_runner`; in a source checkout it is not installed.
+    monkeypatch.setenv("PYTHONPATH", RUNNER_PATH)
+
+
+def _run(repo: Path, *extra: str) -> tuple[int, dict[str, object], Path]:
+    out = repo.parent / "runs"
+    code = main(["run", "--repo", str(repo), "--out", str(out), "--json", "--run-id", "r1",
+                 "--timeout", "120", *extra])
+    folder = out / "r1"
+    return code, json.loads((folder / "drift.json").read_text()), folder
+
+
+def _gate(report: dict[str, object], gate: str, box: str) -> str:
+    for row in report["gates"]:  # type: ignore[attr-defined]
+        if row["gate"] == gate and row["box"] == box:
+            return str(row["status"])
+    raise AssertionError(f"no {gate} gate for {box}")
+
+
+def test_local_and_clean_catch_an_uncommitted_stale_fixture(
+    git_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (git_repo / "tests/fixtures/rates.json").write_text('{"vat": "0.21"}\n')
+    code, report, folder = _run(git_repo)
+    assert code & 2 and code & 1 and not code & 4
+    assert [b["label"] for b in report["boxes"]] == ["local", "clean"]  # type: ignore[attr-defined]
+    assert _gate(report, "Fixture integrity", "local") == "FAIL"
+    assert _gate(report, "Clean tree", "local") == "FAIL"
+    assert _gate(report, "Clean tree", "clean") == "PASS"
+    dims = {d["name"]: d for d in report["dimensions"]}  # type: ignore[attr-defined]
+    assert "tests/fixtures/rates.json" in json.dumps(dims["fixtures"])
+    rows = {r["item"]: r["values"] for r in dims["outcomes"]["matrix"]}
+    assert rows["tests/test_rates.py::test_vat"] == {"local": "failed", "clean": "passed"}
+    for box in ("local", "clean"):
+        assert {p.name for p in (folder / box).iterdir()} == {
+            "receipt.json", "stdout.log", "stderr.log", "box.json"}
+    clean = json.loads((folder / "clean" / "box.json").read_text())
+    assert clean["bytes_sent"] > len(runner_bundle().data)  # it went through the shipping code
+    assert json.loads(capsys.readouterr().out)["exit_code"] == code
+
+
+def test_garbage_receipt_is_refused_while_the_other_box_reports(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    liar = tmp_path / "liar-python"
+    liar.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in *.pyz)\n'
+        '  prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        "  printf '{\"schema_version\": 1, \"run_id\": 7}' > \"$out\"; exit 0;;\n"
+        "esac\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    liar.chmod(0o755)
+    (git_repo / "pyproject.toml").write_text(
+        f'[tool.charpin.hosts.clean]\npython = "{liar}"\n')
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-qm", "liar")
+    code, report, folder = _run(git_repo)
+    assert code & 8 and code & 4
+    (missing,) = report["not_evaluated"]  # type: ignore[misc]
+    assert missing["label"] == "clean" and missing["kind"] == "receipt-refused"
+    assert [b["label"] for b in report["boxes"]] == ["local"]  # type: ignore[attr-defined]
+    assert (folder / "clean" / "receipt.json").read_bytes().startswith(b'{"schema_version"')
+
+
+@pytest.mark.slow
+def test_failing_setup_is_not_evaluated_with_its_output(git_repo: Path) -> None:
+    (git_repo / "pyproject.toml").write_text(
+        '[tool.charpin]\nsetup = ["echo resolver exploded >&2; exit 3"]\n')
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-qm", "setup")
+    code, report, _ = _run(git_repo, "--hosts", "clean")
+    (missing,) = report["not_evaluated"]  # type: ignore[misc]
+    assert missing["kind"] == "setup-failed" and "resolver exploded" in missing["reason"]
+    assert code & 4
+
+
+@pytest.mark.slow
+def test_venv_is_cached_by_dependency_files(git_repo: Path, tmp_path: Path) -> None:
+    count = tmp_path / "setup-ran"
+    # Give the fresh venv this interpreter's pytest through a .pth file: no network needed.
+    pth = ("import site; open(site.getsitepackages()[0] + '/outer.pth', 'w')"
+           f".write({site.getsitepackages()[0]!r})")
+    setup = [f"echo ran >> {count}", f"python -c \"{pth}\""]
+    snap = snapshot.resolve(git_repo, "HEAD")
+    table = load_config(git_repo, rev=snap.commit).table
+    root = tmp_path / "box"
+    root.mkdir()
+
+    def once(run_id: str) -> None:
+        plan = RunPlan(run_id=run_id, snap=snap, config_table=table, setup=setup, timeout=120,
+                       keep=False, runner=runner_bundle(), repo_key="k")
+        target = BoxTarget(label="b", folder="b", python=sys.executable,
+                           connect=lambda: LocalTransport("b", root, base_env=dict(os.environ)))
+        outcome = run_box(target, plan, lambda _b, _p: None, threading.Event())
+        assert outcome.not_evaluated is None, outcome.not_evaluated
+        assert outcome.receipt is not None and outcome.receipt.exit.interpretation == "ok"
+
+    once("first")
+    once("second")
+    assert count.read_text() == "ran\n"
+    assert not list((root / ".cache/charpin/runs").iterdir())  # run folders removed

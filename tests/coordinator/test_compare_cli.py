@@ -1,0 +1,115 @@
+"""`charpin-remote compare` end to end: files in, text / JSON / Markdown out, bitmask exit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+from charpin_coordinator.cli import main
+from charpin_coordinator.report import DriftReport
+from charpin_runner.receipt import FileState, dumps
+
+from tests.receipt_factory import FIXTURE, IDS, make_receipt
+
+
+def write(tmp_path: Path, receipt, name=None) -> Path:
+    path = tmp_path / f"{name or receipt.label}.json"
+    path.write_bytes(dumps(receipt))
+    return path
+
+
+def test_text_report_names_the_test_and_the_box(tmp_path, capsys):
+    flipped = {**dict.fromkeys(IDS, "passed"), IDS[2]: "failed"}
+    a = write(tmp_path, make_receipt("laptop"))
+    b = write(
+        tmp_path,
+        make_receipt("ci", outcomes=flipped, **{"exit.status": 1, "exit.interpretation": "failed"}),
+    )
+    code = main(["compare", str(a), str(b)])
+    out = capsys.readouterr().out
+    assert code == 1 | 2
+    assert "[outcomes] 1 test(s) differ between boxes" in out
+    assert f"{IDS[2]}  passed  failed" in out
+    assert "exit 3 (1 tests failed; 2 drift or a gate blocked)" in out
+
+
+def test_json_is_the_report_struct(tmp_path, capsys):
+    a, b = write(tmp_path, make_receipt("a")), write(tmp_path, make_receipt("b"))
+    assert main(["compare", "--json", str(a), str(b)]) == 0
+    report = msgspec.json.decode(capsys.readouterr().out.encode(), type=DriftReport)
+    assert report.groups == [["a", "b"]]
+    assert {g.status for g in report.gates} == {"PASS"}
+
+
+def test_markdown_lists_blocking_gates_with_their_action(tmp_path, capsys):
+    stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
+    local = make_receipt(
+        "local",
+        **{
+            "fixtures.before": [stale],
+            "fixtures.after": [stale],
+            "tree.dirty_before": [FIXTURE.path],
+            "tree.dirty_after": [FIXTURE.path],
+        },
+    )
+    a, b = write(tmp_path, local), write(tmp_path, make_receipt("clean"))
+    code = main(["compare", "--markdown", str(a), str(b)])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "| Clean tree | ❌ FAIL | ✅ PASS |" in out
+    assert "| Fixture integrity | ❌ FAIL | ✅ PASS |" in out
+    assert "*Action:* commit, discard or declare" in out
+
+
+def test_one_receipt_is_vacuous(tmp_path, capsys):
+    code = main(["compare", str(write(tmp_path, make_receipt("alone")))])
+    assert code == 16
+    assert "vacuous: only 1 evaluated box(es): drift needs two" in capsys.readouterr().out
+
+
+def test_same_labels_stay_apart(tmp_path, capsys):
+    a = write(tmp_path, make_receipt("box"), "one")
+    b = write(tmp_path, make_receipt("box"), "two")
+    assert main(["compare", "--json", str(a), str(b)]) == 0
+    assert json.loads(capsys.readouterr().out)["groups"] == [["box", "box#2"]]
+
+
+def test_unknown_baseline_and_missing_file_are_usage_or_integrity_errors(tmp_path, capsys):
+    a, b = write(tmp_path, make_receipt("a")), write(tmp_path, make_receipt("b"))
+    assert main(["compare", "--baseline", "nope", str(a), str(b)]) == 64
+    assert "--baseline 'nope' is not one of the evaluated boxes (a, b)" in capsys.readouterr().err
+    assert main(["compare", str(a), str(tmp_path / "missing.json")]) == 8
+    assert main(["compare"]) == 64
+
+
+def test_color_output_on_request_and_plain_when_piped(tmp_path):
+    a, b = write(tmp_path, make_receipt("a")), write(tmp_path, make_receipt("b"))
+    piped = subprocess.run(
+        [sys.executable, "-m", "charpin_coordinator", "compare", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert piped.returncode == 0
+    assert "\x1b[" not in piped.stdout
+    assert "Identity" in piped.stdout
+    colored = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "charpin_coordinator",
+            "compare",
+            "--color",
+            "always",
+            str(a),
+            str(b),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "\x1b[" in colored.stdout
+    assert "┏" in colored.stdout

@@ -1,0 +1,195 @@
+"""Host names → HostSpecs through ssh_config, and `[tool.charpin.hosts]` extras (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from charpin_coordinator.remote.hosts import (
+    HostExtras,
+    HostSpec,
+    decode_host_extras,
+    parse_host_list,
+    resolve_hosts,
+)
+from charpin_coordinator.remote.ssh import remote_command
+from charpin_runner.errors import ConfigError, UsageError
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake HOME so ~ in ssh_config and the default ~/.ssh/config never touch the real one."""
+    folder = tmp_path / "home"
+    (folder / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(folder))
+    return folder
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_ssh_config_fields_are_honoured(home: Path, tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "ssh_config",
+        "Host ci\n"
+        "    HostName 10.1.2.3\n"
+        "    Port 2222\n"
+        "    User builder\n"
+        "    IdentityFile ~/.ssh/ci_key\n"
+        "    IdentityFile /keys/second\n"
+        "    IdentitiesOnly yes\n"
+        "    UserKnownHostsFile ~/.ssh/ci_known /etc/ci_known\n"
+        "    GlobalKnownHostsFile /etc/ssh/fleet_known\n"
+        "Host *\n"
+        "    User fallback\n",
+    )
+    extras = {"ci": HostExtras(python="/opt/py/bin/python3", timeout=60.0)}
+    [spec] = resolve_hosts(["ci"], ssh_config=config, extras=extras)
+    assert spec == HostSpec(
+        name="ci",
+        hostname="10.1.2.3",
+        port=2222,
+        user="builder",
+        identity_files=(f"{home}/.ssh/ci_key", "/keys/second"),
+        identities_only=True,
+        user_known_hosts=(f"{home}/.ssh/ci_known", "/etc/ci_known"),
+        global_known_hosts=("/etc/ssh/fleet_known",),
+        extras=extras["ci"],
+    )
+    assert spec.endpoint == "[10.1.2.3]:2222"
+    assert spec.known_hosts_files[0] == f"{home}/.ssh/ci_known"
+
+
+def test_defaults_follow_openssh(home: Path, tmp_path: Path) -> None:
+    config = write(tmp_path / "ssh_config", "Host plain\n    HostName plain.example\n")
+    [spec] = resolve_hosts(["plain"], ssh_config=config)
+    assert (spec.port, spec.identity_files, spec.identities_only) == (22, (), False)
+    assert spec.endpoint == "plain.example"
+    assert spec.known_hosts_files == (
+        f"{home}/.ssh/known_hosts",
+        f"{home}/.ssh/known_hosts2",
+        "/etc/ssh/ssh_known_hosts",
+        "/etc/ssh/ssh_known_hosts2",
+    )
+
+
+def test_user_ssh_config_is_used_without_flag(home: Path) -> None:
+    write(home / ".ssh" / "config", "Host mine\n    HostName 192.0.2.7\n    Port 2200\n")
+    [spec] = resolve_hosts(["mine"], ssh_config=None)
+    assert (spec.hostname, spec.port) == ("192.0.2.7", 2200)
+
+
+def test_builtin_boxes_are_never_looked_up(home: Path) -> None:
+    specs = resolve_hosts(["local", "clean"], extras={"clean": HostExtras(timeout=5.0)})
+    assert [(s.name, s.builtin) for s in specs] == [("local", True), ("clean", True)]
+    assert specs[1].extras.timeout == 5.0
+
+
+def test_unknown_name_lists_the_files_searched(home: Path) -> None:
+    write(home / ".ssh" / "config", "Host *\n    User everyone\nHost other\n    Port 1\n")
+    with pytest.raises(UsageError) as caught:
+        resolve_hosts(["local", "ci"], ssh_config=None)
+    assert str(caught.value) == (
+        f"unknown host 'ci': no Host block matches it in {home}/.ssh/config, "
+        "/etc/ssh/ssh_config; add `Host ci` with a HostName there, or pass --ssh-config FILE"
+    )
+
+
+def test_wildcard_host_blocks_count_but_a_bare_star_does_not(tmp_path: Path) -> None:
+    config = write(tmp_path / "c", "Host ci-* !ci-skip\n    User ci\nHost *\n    Port 2\n")
+    [spec] = resolve_hosts(["ci-7"], ssh_config=config)
+    assert (spec.user, spec.port) == ("ci", 2)
+    with pytest.raises(UsageError, match="unknown host 'web'"):
+        resolve_hosts(["web"], ssh_config=config)
+
+
+def test_missing_ssh_config_file_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"--ssh-config .*nope: no such file"):
+        resolve_hosts(["ci"], ssh_config=tmp_path / "nope")
+
+
+def test_hostile_alias_is_only_looked_up(tmp_path: Path) -> None:
+    alias = "ci box 'q' $HOME;touch pwned"
+    config = write(tmp_path / "c", f'Host "{alias}"\n    HostName 127.0.0.9\n')
+    [spec] = resolve_hosts([alias], ssh_config=config)
+    assert (spec.name, spec.hostname) == (alias, "127.0.0.9")
+    assert not list(tmp_path.rglob("pwned"))
+
+
+def test_proxyjump_chain_resolves_each_hop_through_the_config(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "c",
+        "Host target\n    HostName 10.0.0.5\n    ProxyJump ops@bastion:2022,inner\n"
+        "Host bastion\n    HostName bastion.example\n    User nobody\n"
+        "Host inner\n    HostName 10.0.0.2\n    User deploy\n",
+    )
+    [spec] = resolve_hosts(["target"], ssh_config=config)
+    hops = [(h.name, h.hostname, h.port, h.user) for h in spec.proxy_jump]
+    assert hops == [
+        ("bastion", "bastion.example", 2022, "ops"),
+        ("inner", "10.0.0.2", 22, "deploy"),
+    ]
+
+
+def test_proxyjump_loop_is_refused(tmp_path: Path) -> None:
+    config = write(tmp_path / "c", "Host a\n    ProxyJump b\nHost b\n    ProxyJump a\n")
+    with pytest.raises(ConfigError, match=r"ProxyJump loops or nests too deep \(a -> b -> a\)"):
+        resolve_hosts(["a"], ssh_config=config)
+
+
+def test_host_extras_decode_strictly() -> None:
+    table = {"ci": {"python": "/usr/bin/python3.12", "setup": ["make deps"], "timeout": 90,
+                    "env": ["LANG", "TZ"]}}  # fmt: skip
+    assert decode_host_extras(table) == {
+        "ci": HostExtras(python="/usr/bin/python3.12", setup=["make deps"], timeout=90.0,
+                         env=["LANG", "TZ"])
+    }  # fmt: skip
+    assert decode_host_extras(None) == {}
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            {"ci": {"timeout": "soon"}},
+            "Expected `float | null`, got `str` - at `$.tool.charpin.hosts.ci.timeout`",
+        ),
+        ({"ci": {"pyhton": "x"}}, "unknown field `pyhton` - at `$.tool.charpin.hosts.ci`"),
+        ({"ci": {"timeout": 0}}, "timeout must be a positive number of seconds"),
+        ({"ci": {"env": ["GITHUB_TOKEN"]}}, "GITHUB_TOKEN looks like a secret"),
+        ({"ci": {"env": ["SSH_AUTH_SOCK"]}}, "SSH_AUTH_SOCK looks like a secret"),
+        ({"ci": {"env": ["AWS_SECRET_ACCESS_KEY"]}}, "AWS_SECRET_ACCESS_KEY looks like a secret"),
+        ({"ci": {"env": ["DB_PASSWORD"]}}, "DB_PASSWORD looks like a secret"),
+        ({"ci": {"env": ["A B"]}}, "'A B' is not an environment variable name"),
+        ({"ci": []}, "Expected `object`, got `array` - at `$.tool.charpin.hosts.ci`"),
+    ],
+)
+def test_host_extras_errors_name_the_path(table: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        decode_host_extras(table)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_host_list_parsing() -> None:
+    assert parse_host_list("ci, clean") == ["ci", "clean"]
+    with pytest.raises(UsageError, match="names 'ci' twice"):
+        parse_host_list("ci,ci")
+    with pytest.raises(UsageError, match="empty name"):
+        parse_host_list("ci,,b")
+
+
+def test_remote_command_quotes_every_element() -> None:
+    line = remote_command(["printf", "%s", "a b;$x'"], cwd="/tmp/d ir", env={"LANG": "C"})
+    assert line == (
+        "exec /bin/sh -c 'printf '\"'\"'%s\\n'\"'\"' \"$$\"; cd -- '\"'\"'/tmp/d ir'\"'\"' && "
+        "exec env LANG=C printf %s '\"'\"'a b;$x'\"'\"'\"'\"'\"'\"'\"'\"''\"'\"''"
+    )
+
+
+def test_pattern_block_without_hostname_refuses_odd_names(tmp_path: Path) -> None:
+    config = write(tmp_path / "c", "Host *box*\n    Port 2222\n")
+    with pytest.raises(ConfigError, match="is not a host name; set `HostName`"):
+        resolve_hosts(["my box"], ssh_config=config)

@@ -1,0 +1,141 @@
+"""Host resolution and preflight against real sshd boxes: ProxyJump, odd aliases, hosts check."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from charpin_coordinator.remote.hostcheck import check_host, check_hosts
+from charpin_coordinator.remote.hosts import BoxError, HostExtras, resolve_hosts
+from charpin_coordinator.remote.ssh import open_box
+
+from tests.sshd import SshdFactory
+
+pytestmark = pytest.mark.ssh
+
+ODD_ALIAS = "ci box 'q' $HOME;x"
+
+
+def test_alias_with_spaces_quotes_dollar_and_semicolon_connects(
+    sshd_factory: SshdFactory,
+) -> None:
+    box = sshd_factory(name="odd", alias=ODD_ALIAS)
+    [spec] = resolve_hosts([ODD_ALIAS], ssh_config=box.ssh_config)
+    assert (spec.hostname, spec.port) == ("127.0.0.1", box.port)
+    with open_box(spec) as transport:
+        assert transport.name == ODD_ALIAS
+        assert transport.run(["echo", "up"], timeout=10).stdout == b"up\n"
+
+
+def test_proxyjump_goes_through_the_jump_box(sshd_factory: SshdFactory, tmp_path: Path) -> None:
+    jump = sshd_factory(name="jump", options=["LogLevel=DEBUG1"])
+    target = sshd_factory(name="target", host="127.0.0.2")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        jump.ssh_config.read_text() + target.ssh_config.read_text() + "    ProxyJump jump\n"
+    )
+    [spec] = resolve_hosts(["target"], ssh_config=config)
+    assert [hop.name for hop in spec.proxy_jump] == ["jump"]
+    with open_box(spec) as transport:
+        assert transport.host_key_fingerprint == target.fingerprint
+        assert transport.run(["sh", "-c", 'echo "$HOME"'], timeout=10).stdout == (
+            f"{target.root}\n".encode()
+        )
+    assert f"target 127.0.0.2 port {target.port}" in jump.log()
+
+
+def test_jump_box_host_key_is_checked_too(sshd_factory: SshdFactory, tmp_path: Path) -> None:
+    jump = sshd_factory(name="jump")
+    target = sshd_factory(name="target")
+    jump.known_hosts.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        jump.ssh_config.read_text() + target.ssh_config.read_text() + "    ProxyJump jump\n"
+    )
+    [spec] = resolve_hosts(["target"], ssh_config=config)
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec):
+            pass
+    assert caught.value.kind == "host-key"
+    assert f"[127.0.0.1]:{jump.port} is not in known_hosts ({jump.known_hosts}" in str(caught.value)
+    assert jump.fingerprint in str(caught.value)
+
+
+def test_hosts_check_reports_python_venv_git_and_disk(sshd_factory: SshdFactory) -> None:
+    box = sshd_factory(name="ci")
+    [spec] = resolve_hosts(["ci"], ssh_config=box.ssh_config)
+    with open_box(spec) as transport:
+        result = check_host(transport)
+    assert result.ok, result.items
+    assert [item.name for item in result.items] == [
+        "reach", "python", "venv", "ensurepip", "git", "disk"
+    ]  # fmt: skip
+    assert result.host_key_fingerprint == box.fingerprint
+    assert result.items[1].message.startswith("python3 3.")
+    assert result.items[4].message.startswith("git version ")
+
+
+def _python_without_venv(folder: Path) -> Path:
+    shadow = folder / "shadow"
+    (shadow / "venv").mkdir(parents=True)
+    (shadow / "venv" / "__init__.py").write_text("raise ImportError('stripped like Debian')\n")
+    wrapper = folder / "python3-novenv"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={shadow} exec python3 "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper
+
+
+def test_hosts_check_names_what_to_install_and_survives_bad_boxes(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    good = sshd_factory(name="good")
+    bare = sshd_factory(name="bare")
+    novenv = _python_without_venv(tmp_path)
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        good.ssh_config.read_text()
+        + bare.ssh_config.read_text()
+        + "Host down\n    HostName 127.0.0.1\n    Port 1\n"
+    )
+    extras = {
+        "good": HostExtras(python=str(novenv)),
+        "bare": HostExtras(python="/nonexistent/python3"),
+    }
+    specs = resolve_hosts(["good", "down", "bare"], ssh_config=config, extras=extras)
+    results = check_hosts(specs, connect_timeout=5.0)
+    assert [r.host for r in results] == ["good", "down", "bare"]
+    messages = {r.host: {i.name: (i.ok, i.message) for i in r.items} for r in results}
+    assert messages["good"]["venv"] == (
+        False,
+        f"{novenv} on good lacks the venv module: install python3-venv",
+    )
+    assert messages["good"]["ensurepip"][0] is True
+    assert results[1].error_kind == "refused"
+    assert messages["down"]["reach"][0] is False
+    assert messages["bare"]["python"] == (
+        False,
+        "/nonexistent/python3 on bare does not run: install python3 (3.9 or newer)",
+    )
+    assert not any(r.ok for r in results)
+
+
+def test_hosts_check_runs_builtin_boxes_locally() -> None:
+    [result] = check_hosts(resolve_hosts(["clean"], ssh_config=None))
+    assert result.ok, result.items
+    assert result.host_key_fingerprint is None
+
+
+def test_known_hosts_written_by_openssh_is_accepted(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    box = sshd_factory(name="hashed")
+    # a hashed entry, as HashKnownHosts=yes writes them
+    subprocess.run(
+        ["ssh-keygen", "-H", "-f", str(box.known_hosts)], check=True, capture_output=True
+    )
+    assert box.known_hosts.read_text().startswith("|1|")
+    [spec] = resolve_hosts(["hashed"], ssh_config=box.ssh_config)
+    with open_box(spec) as transport:
+        assert transport.host_key_fingerprint == box.fingerprint

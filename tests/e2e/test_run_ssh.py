@@ -1,0 +1,242 @@
+"""`charpin-remote run` against real OpenSSH sshd boxes on loopback: drift, failures, hostility."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from charpin_coordinator.cli import main
+from tests.conftest import git, make_repo
+from tests.sshd import SshBox, SshdFactory
+
+pytestmark = pytest.mark.ssh
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTILE_ALIAS = "we ird'$;box"
+TZ_TEST = (
+    "import datetime\n"
+    "def test_epoch_is_midnight():\n"
+    "    assert datetime.datetime.fromtimestamp(0).hour == 0\n"
+    "def test_plain():\n"
+    "    pass\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def _runner_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "runner"))
+
+
+def _repo(root: Path, boxes: list[SshBox], files: dict[str, str] | None = None,
+          extra_toml: str = "") -> Path:
+    """A repository whose boxes use this interpreter (it has pytest) as their python."""
+    hosts = "".join(f'[tool.charpin.hosts.{json.dumps(b.alias)}]\npython = "{sys.executable}"\n'
+                    for b in boxes)
+    content = {"tests/__init__.py": "", "tests/test_tz.py": TZ_TEST,
+               "pyproject.toml": extra_toml + hosts, **(files or {})}
+    return make_repo(root, content)
+
+
+def _ssh_config(tmp_path: Path, boxes: list[SshBox], extra: str = "") -> Path:
+    path = tmp_path / "ssh_config"
+    path.write_text("".join(b.ssh_config.read_text() for b in boxes) + extra)
+    return path
+
+
+def _run(repo: Path, config: Path, hosts: str, *extra: str, run_id: str = "r1"
+         ) -> tuple[int, dict[str, object], Path]:
+    out = repo.parent / "runs"
+    code = main(["run", "--repo", str(repo), "--ssh-config", str(config), "--hosts", hosts,
+                 "--out", str(out), "--run-id", run_id, "--json", "--timeout", "120", *extra])
+    folder = out / run_id
+    return code, json.loads((folder / "drift.json").read_text()), folder
+
+
+def _not_evaluated(report: dict[str, object]) -> dict[str, dict[str, str]]:
+    return {n["label"]: n for n in report["not_evaluated"]}  # type: ignore[attr-defined]
+
+
+def _left_on_box(box: SshBox) -> list[Path]:
+    runs = box.root / ".cache" / "charpin" / "runs"
+    return list(runs.iterdir()) if runs.exists() else []
+
+
+def test_tz_dependent_test_fails_on_the_tokyo_box_only(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    utc = sshd_factory(name="utc", alias="utc")
+    tokyo = sshd_factory(name="tokyo", alias="tokyo", set_env={"TZ": "Asia/Tokyo"})
+    repo = _repo(tmp_path / "repo", [utc, tokyo])
+    code, report, folder = _run(repo, _ssh_config(tmp_path, [utc, tokyo]), "utc,tokyo")
+    assert code & 1 and code & 2 and not code & 4
+    outcomes = {d["name"]: d for d in report["dimensions"]}["outcomes"]  # type: ignore[attr-defined]
+    rows = {r["item"]: r["values"] for r in outcomes["matrix"]}
+    assert rows == {"tests/test_tz.py::test_epoch_is_midnight": {"utc": "passed",
+                                                                 "tokyo": "failed"}}
+    receipt = json.loads((folder / "tokyo" / "receipt.json").read_text())
+    assert receipt["environment"]["host_key_fingerprint"] == tokyo.fingerprint
+    assert not _left_on_box(utc) and not _left_on_box(tokyo)
+    assert not utc.session_pids() and not tokyo.session_pids()
+
+
+def test_unreachable_port_is_not_evaluated_and_the_other_box_still_reports(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    good = sshd_factory(name="good", alias="good")
+    dead = "Host dead\n    HostName 127.0.0.1\n    Port 1\n    User root\n"
+    repo = _repo(tmp_path / "repo", [good])
+    code, report, _ = _run(repo, _ssh_config(tmp_path, [good], dead), "good,dead")
+    assert code & 4
+    missing = _not_evaluated(report)["dead"]
+    assert missing["kind"] == "refused" and "dead" in missing["reason"]
+    assert [b["label"] for b in report["boxes"]] == ["good"]  # type: ignore[attr-defined]
+
+
+def test_unknown_host_key_refused_then_accepted_new_and_recorded(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    box = sshd_factory(name="fresh", alias="fresh")
+    box.known_hosts.write_text("")
+    repo = _repo(tmp_path / "repo", [box])
+    config = _ssh_config(tmp_path, [box])
+    code, report, _ = _run(repo, config, "fresh", run_id="no")
+    missing = _not_evaluated(report)["fresh"]
+    assert code & 4 and missing["kind"] == "host-key"
+    assert box.fingerprint in missing["reason"]
+    code, report, folder = _run(repo, config, "fresh", "--accept-new", run_id="yes")
+    assert not report["not_evaluated"]
+    receipt = json.loads((folder / "fresh" / "receipt.json").read_text())
+    assert receipt["environment"]["host_key_fingerprint"] == box.fingerprint
+    assert receipt["environment"]["host_key_accepted_new"] is True
+    assert box.host_key_line.split()[2] in box.known_hosts.read_text()
+
+
+def test_hostile_alias_repo_path_and_test_ids(sshd_factory: SshdFactory, tmp_path: Path) -> None:
+    box = sshd_factory(name="hostile", alias=HOSTILE_ALIAS)
+    ids = (
+        "import pytest\n"
+        "@pytest.mark.parametrize('v', ['a b', \"q'uote\", '$HOME;touch pwned', 'dq\"x'])\n"
+        "def test_odd(v):\n"
+        "    assert v\n"
+    )
+    repo = _repo(tmp_path / "re po $x;'q'", [box], {"tests/test_odd.py": ids})
+    code, report, folder = _run(repo, _ssh_config(tmp_path, [box]), f"{HOSTILE_ALIAS},local")
+    assert not report["not_evaluated"], report["not_evaluated"]
+    labels = [b["label"] for b in report["boxes"]]  # type: ignore[attr-defined]
+    assert labels == [HOSTILE_ALIAS, "local"]
+    (sub,) = [p for p in folder.iterdir() if p.is_dir() and p.name != "local"]
+    assert json.loads((sub / "box.json").read_text())["label"] == HOSTILE_ALIAS
+    executed = json.loads((sub / "receipt.json").read_text())["collection"]["executed"]
+    assert "tests/test_odd.py::test_odd[$HOME;touch pwned]" in executed
+    assert not list(box.root.rglob("pwned")) and not list(repo.rglob("pwned"))
+    assert code & 4 == 0
+
+
+def test_second_run_after_one_file_commit_sends_a_small_fraction(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    box = sshd_factory(name="inc", alias="inc")
+    big = {f"pkg/m{i}.py": "".join(f"# {i}-{j}-{os.urandom(16).hex()}\n" for j in range(150))
+           for i in range(40)}
+    repo = _repo(tmp_path / "repo", [box], big)
+    config = _ssh_config(tmp_path, [box])
+    _run(repo, config, "inc", run_id="one")
+    (repo / "pkg/m3.py").write_text("# changed\n")
+    git(repo, "commit", "-qam", "one file")
+    _run(repo, config, "inc", run_id="two")
+    # Ship bytes of the runner are a one-off; compare what each run sent in total.
+    first = json.loads((repo.parent / "runs/one/inc/box.json").read_text())["bytes_sent"]
+    second = json.loads((repo.parent / "runs/two/inc/box.json").read_text())["bytes_sent"]
+    print(f"first run sent {first} bytes, second {second} ({second / first:.2%})")
+    assert second < first * 0.10
+
+
+def test_test_hanging_past_the_deadline_is_timed_out_and_leaves_nothing(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    box = sshd_factory(name="slow", alias="slow")
+    hang = "import time\ndef test_hang():\n    time.sleep(600)\n"
+    repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
+    started = time.monotonic()
+    code, report, folder = _run(repo, _ssh_config(tmp_path, [box]), "slow,local",
+                                "--timeout", "6")
+    assert time.monotonic() - started < 100
+    receipt = json.loads((folder / "slow" / "receipt.json").read_text())
+    assert receipt["exit"]["interpretation"] == "timed-out"
+    assert code & 1 or code & 2
+    assert not _left_on_box(box)
+    assert not box.session_pids()
+
+
+def test_sshd_killed_mid_run_is_not_evaluated(sshd_factory: SshdFactory, tmp_path: Path) -> None:
+    box = sshd_factory(name="doomed", alias="doomed")
+    hang = "import time\ndef test_hang():\n    time.sleep(600)\n"
+    repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
+    proc = _spawn(repo, _ssh_config(tmp_path, [box]), "doomed,local")
+    try:
+        assert _wait(lambda: list(box.root.glob(".cache/charpin/runs/*/*/pid")), 60)
+        box.kill_sshd()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        _reap(proc)
+    report = json.loads(out)
+    missing = _not_evaluated(report)["doomed"]
+    assert missing["kind"] in ("runner-failed", "refused", "timeout")
+    assert proc.returncode & 4
+    assert [b["label"] for b in report["boxes"]] == ["local"]
+
+
+def test_sigint_mid_run_cleans_the_box_and_writes_a_partial_report(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    box = sshd_factory(name="intr", alias="intr")
+    hang = "import time\ndef test_hang():\n    time.sleep(600)\n"
+    repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
+    proc = _spawn(repo, _ssh_config(tmp_path, [box]), "intr")
+    try:
+        assert _wait(lambda: list(box.root.glob(".cache/charpin/runs/*/*/pid")), 60)
+        time.sleep(1.0)  # let pytest start inside the runner
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        _reap(proc)
+    assert proc.returncode & 4
+    report = json.loads(out)
+    drift = json.loads((repo.parent / "runs" / "sig" / "drift.json").read_text())
+    assert drift == report
+    interpretations = [b["interpretation"] for b in report["boxes"]]
+    kinds = [n["kind"] for n in report["not_evaluated"]]
+    assert interpretations == ["interrupted"] or kinds == ["interrupted"]
+    assert not _left_on_box(box)
+    assert _wait(lambda: not box.session_pids(), 10)
+
+
+def _spawn(repo: Path, config: Path, hosts: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'runner'}{os.pathsep}{ROOT / 'coordinator'}")
+    return subprocess.Popen(
+        [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo), "--ssh-config",
+         str(config), "--hosts", hosts, "--out", str(repo.parent / "runs"), "--run-id", "sig",
+         "--json", "--timeout", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+
+def _wait(predicate: object, seconds: float) -> bool:
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -1,0 +1,258 @@
+"""SshTransport against real OpenSSH sshd boxes on loopback: commands, files, keys, failures."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from charpin_coordinator.remote.hosts import BoxError, HostSpec, resolve_hosts
+from charpin_coordinator.remote.ssh import SshTransport, open_box
+from charpin_runner.errors import IntegrityError
+
+from tests.sshd import SshBox, SshdFactory
+
+pytestmark = pytest.mark.ssh
+
+HOSTILE = "we ird 'q' \"dq\" $HOME ;touch pwned; `id` $(id)"
+
+
+def spec_of(box: SshBox) -> HostSpec:
+    """Resolve the box the way production does: its alias through its ssh_config."""
+    [spec] = resolve_hosts([box.alias], ssh_config=box.ssh_config)
+    return spec
+
+
+def wait_for(predicate: object, seconds: float = 5.0) -> bool:
+    """Poll predicate() until true or the bounded wait ends."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_run_put_get_round_trip_keeps_hostile_bytes_exact(ssh_box: SshBox) -> None:
+    with open_box(spec_of(ssh_box)) as box:
+        home = box.home()
+        assert home == str(ssh_box.root)
+        payload = bytes(range(256)) * 41
+        folder = f"{home}/{HOSTILE}"
+        assert box.run(["mkdir", "-p", folder], timeout=10).returncode == 0
+        target = f"{folder}/{HOSTILE}.bin"
+        box.put(payload, target)
+        assert box.get(target, max_bytes=len(payload)) == payload
+        assert box.stats.sent >= len(payload)
+        echoed = box.run(["printf", "%s|", HOSTILE, "2nd arg"], timeout=10, cwd=folder)
+        listed = box.run(["ls", "-A"], timeout=10, cwd=folder)
+    assert echoed.returncode == 0
+    assert echoed.stdout == f"{HOSTILE}|2nd arg|".encode()
+    assert listed.stdout == f"{HOSTILE}.bin\n".encode()
+    assert (ssh_box.root / HOSTILE / f"{HOSTILE}.bin").read_bytes() == payload
+    assert not list(ssh_box.root.rglob("pwned"))
+    assert not list(Path("/root").glob("pwned"))
+
+
+def test_run_passes_stdin_env_and_exit_code(ssh_box: SshBox) -> None:
+    with open_box(spec_of(ssh_box)) as box:
+        done = box.run(
+            ["sh", "-c", 'cat; printf "%s" "$CHARPIN_X" >&2; exit 3'],
+            timeout=10,
+            stdin=b"in put\n",
+            env={"CHARPIN_X": "a b;$c"},
+        )
+    assert (done.returncode, done.stdout, done.stderr) == (3, b"in put\n", b"a b;$c")
+
+
+def test_five_megabytes_of_output_do_not_deadlock(ssh_box: SshBox) -> None:
+    script = "head -c 5000000 /dev/zero; head -c 3000000 /dev/zero >&2; echo end >&2"
+    with open_box(spec_of(ssh_box)) as box:
+        done = box.run(["sh", "-c", script], timeout=30)
+    assert not done.timed_out
+    assert len(done.stdout) == 5_000_000
+    assert len(done.stderr) == 3_000_004
+    assert done.stderr.endswith(b"end\n")
+
+
+def test_run_timeout_returns_and_kills_the_remote_process_group(ssh_box: SshBox) -> None:
+    with open_box(spec_of(ssh_box)) as box:
+        started = box.run(["true"], timeout=10)
+        assert started.returncode == 0
+        done = box.run(["sh", "-c", "sleep 300 & sleep 300; echo never"], timeout=1.0)
+        assert done.timed_out
+        assert b"never" not in done.stdout
+        # the box is still usable after a timeout
+        assert box.run(["echo", "ok"], timeout=10).stdout == b"ok\n"
+    assert wait_for(lambda: not ssh_box.session_pids()), ssh_box.session_pids()
+
+
+def test_unreachable_port_is_refused_and_retried_a_bounded_number_of_times(
+    ssh_box: SshBox,
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    spec = HostSpec(
+        name="gone",
+        hostname="127.0.0.1",
+        port=closed_port,
+        user=ssh_box.user,
+        identity_files=(str(ssh_box.key_path),),
+        user_known_hosts=(str(ssh_box.known_hosts),),
+    )
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec, retry_delays=(0.0, 0.0)):
+            pass
+    assert caught.value.kind == "refused"
+    assert caught.value.attempts == 3
+    assert str(caught.value) == (
+        f"gone: unreachable: connection refused (127.0.0.1:{closed_port}); is sshd running there?"
+    )
+
+
+def test_changed_host_key_is_refused_with_both_fingerprints(
+    ssh_box: SshBox, tmp_path: Path
+) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kind, b64 = other.with_suffix(".pub").read_text().split()[:2]
+    ssh_box.known_hosts.write_text(f"[127.0.0.1]:{ssh_box.port} {kind} {b64}\n")
+    before = ssh_box.known_hosts.read_bytes()
+    wrong = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(other.with_suffix(".pub"))],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()[1]
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec_of(ssh_box), accept_new=True):
+            pass
+    message = str(caught.value)
+    assert caught.value.kind == "host-key"
+    assert caught.value.attempts == 1
+    assert f"host key CHANGED for [127.0.0.1]:{ssh_box.port}" in message
+    assert f"expected {wrong}, got {ssh_box.fingerprint}" in message
+    assert str(ssh_box.known_hosts) in message
+    assert ssh_box.known_hosts.read_bytes() == before
+
+
+def test_unknown_host_key_is_refused_with_fingerprint_and_file(ssh_box: SshBox) -> None:
+    ssh_box.known_hosts.write_text("")
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec_of(ssh_box)):
+            pass
+    assert caught.value.kind == "host-key"
+    assert str(caught.value) == (
+        f"box: host key for [127.0.0.1]:{ssh_box.port} is not in known_hosts "
+        f"({ssh_box.known_hosts}, /etc/ssh/ssh_known_hosts, /etc/ssh/ssh_known_hosts2); "
+        f"fingerprint {ssh_box.fingerprint}; verify it, then add it or rerun with --accept-new"
+    )
+    assert ssh_box.known_hosts.read_text() == ""
+
+
+def test_accept_new_records_the_key_and_the_next_connect_needs_no_flag(ssh_box: SshBox) -> None:
+    ssh_box.known_hosts.write_text("# my comment, kept\n")
+    with open_box(spec_of(ssh_box), accept_new=True) as box:
+        assert box.host_key_accepted_new is True
+        assert box.host_key_fingerprint == ssh_box.fingerprint
+    assert ssh_box.known_hosts.read_text() == "# my comment, kept\n" + ssh_box.host_key_line + "\n"
+    with open_box(spec_of(ssh_box)) as box:
+        assert box.host_key_accepted_new is False
+        assert box.host_key_fingerprint == ssh_box.fingerprint
+
+
+def test_wrong_client_key_is_an_auth_failure_and_not_retried(
+    ssh_box: SshBox, tmp_path: Path
+) -> None:
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    text = ssh_box.ssh_config.read_text().replace(str(ssh_box.key_path), str(stranger))
+    ssh_box.ssh_config.write_text(text)
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec_of(ssh_box), retry_delays=(5.0, 5.0)):
+            pass
+    assert caught.value.kind == "auth"
+    assert caught.value.attempts == 1
+    assert str(caught.value).startswith("box: authentication failed")
+
+
+def test_files_move_without_an_sftp_subsystem(sshd_factory: SshdFactory) -> None:
+    bare = sshd_factory(name="bare", sftp=False)
+    payload = b"no sftp here\n" * 5000
+    with open_box(spec_of(bare)) as box:
+        target = f"{box.home()}/{HOSTILE}"
+        box.put(payload, target)
+        assert box.get(target, max_bytes=len(payload)) == payload
+        with pytest.raises(IntegrityError, match="over the 10-byte cap"):
+            box.get(target, max_bytes=10)
+    assert (bare.root / HOSTILE).read_bytes() == payload
+
+
+def test_get_refuses_symlinks_missing_files_and_files_over_the_cap(ssh_box: SshBox) -> None:
+    (ssh_box.root / "big").write_bytes(b"x" * 100)
+    (ssh_box.root / "link").symlink_to(ssh_box.root / "big")
+    with open_box(spec_of(ssh_box)) as box:
+        home = box.home()
+        with pytest.raises(IntegrityError, match="is 100 bytes, over the 99-byte cap"):
+            box.get(f"{home}/big", max_bytes=99)
+        with pytest.raises(IntegrityError, match="is not a regular file"):
+            box.get(f"{home}/link", max_bytes=1000)
+        with pytest.raises(IntegrityError, match="does not exist"):
+            box.get(f"{home}/nope", max_bytes=1000)
+        assert box.get(f"{home}/big", max_bytes=100) == b"x" * 100
+
+
+def test_sshd_killed_mid_command_is_a_lost_connection(ssh_box: SshBox) -> None:
+    with open_box(spec_of(ssh_box)) as box:
+        killer = threading.Timer(0.5, ssh_box.kill_sshd)
+        killer.start()
+        try:
+            with pytest.raises(BoxError) as caught:
+                box.run(["sleep", "30"], timeout=20)
+        finally:
+            killer.join()
+    assert caught.value.kind == "disconnected"
+
+
+def test_transport_refuses_builtin_boxes_and_secret_env() -> None:
+    with pytest.raises(Exception, match="built-in box"):
+        SshTransport(HostSpec(name="clean", builtin=True))
+    from charpin_coordinator.remote.ssh import remote_command
+
+    with pytest.raises(Exception, match="refusing to pass 'API_TOKEN'"):
+        remote_command(["true"], env={"API_TOKEN": "x"})
+
+
+def test_boxes_can_differ_by_setenv_and_system_time_zone(sshd_factory: SshdFactory) -> None:
+    tokyo = sshd_factory(name="tokyo", localtime="Asia/Tokyo", set_env={"LANG": "de_DE.UTF-8"})
+    plain = sshd_factory(name="plain")
+    probe = ["sh", "-c", 'printf "%s|%s" "$(date +%Z)" "${LANG-unset}"']
+    with open_box(spec_of(tokyo)) as box:
+        assert box.run(probe, timeout=10).stdout == b"JST|de_DE.UTF-8"
+    with open_box(spec_of(plain)) as box:
+        zone, _, _ = box.run(probe, timeout=10).stdout.partition(b"|")
+    assert zone != b"JST"
+
+
+def test_silent_port_times_out_with_bounded_attempts(ssh_box: SshBox) -> None:
+    with socket.socket() as server:  # accepts TCP, never says a banner
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        spec = HostSpec(
+            name="mute",
+            hostname="127.0.0.1",
+            port=server.getsockname()[1],
+            user=ssh_box.user,
+            identity_files=(str(ssh_box.key_path),),
+            user_known_hosts=(str(ssh_box.known_hosts),),
+        )
+        with pytest.raises(BoxError) as caught:
+            with open_box(spec, connect_timeout=0.3, retry_delays=(0.0, 0.0)):
+                pass
+    assert caught.value.kind == "timeout"
+    assert caught.value.attempts == 3
+    assert str(caught.value).startswith("mute: unreachable: ")

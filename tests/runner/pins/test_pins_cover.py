@@ -1,0 +1,44 @@
+"""`charpin pins cover` lists lines and branches of the entry points that no pin exercises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pins_helpers import write_pins
+
+pytest.importorskip("coverage")
+
+
+def test_cover_lists_the_unexercised_branch(messy_repo: Path, charpin) -> None:
+    write_pins(messy_repo, [{"id": "legacy", "argv": ["legacy_sync.py", "a"]}])
+    assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
+    code, out, err = charpin("pins", "cover", "--repo", str(messy_repo))
+    assert code == 0, out + err
+    lines = (messy_repo / "legacy_sync.py").read_text().splitlines()
+    nothing = lines.index('        print("nothing to sync", file=sys.stderr)') + 1
+    assert "legacy_sync.py: 1 of" in out
+    assert f"  lines: {nothing}\n" in out
+    assert f"  branch: {nothing - 1} -> {nothing}\n" in out
+    # A second pin that takes the other path covers it.
+    write_pins(
+        messy_repo,
+        [
+            {"id": "legacy", "argv": ["legacy_sync.py", "a"]},
+            {"id": "legacy-empty", "argv": ["legacy_sync.py"]},
+        ],
+    )
+    assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
+    code, out, _err = charpin("pins", "cover", "--repo", str(messy_repo))
+    assert code == 0
+    assert "legacy_sync.py: 0 of" in out
+    assert f"branch: {nothing - 1} -> {nothing}" not in out
+    # Only the import-without-__main__ exit stays unexercised.
+    main_guard = lines.index('if __name__ == "__main__":') + 1
+    assert f"  branch: {main_guard} -> exit\n" in out
+
+
+def test_cover_without_pins_is_a_usage_error(tmp_path: Path, charpin) -> None:
+    code, _out, err = charpin("pins", "cover", "--repo", str(tmp_path))
+    assert code == 64
+    assert "no pins" in err

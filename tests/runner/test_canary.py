@@ -1,0 +1,76 @@
+"""Canary secrets: planted in the environment, they must not reach the receipt or the summary."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from pathlib import Path
+
+from tests.conftest import make_repo
+from tests.runner.test_receipt_cmd import charpin, charpin_env, only_receipt
+
+SECRET_NAMES = ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "MY_SERVICE_TOKEN")
+
+
+def encodings(value: str) -> list[str]:
+    """The forms a leaked value could take: plain, hex, base64 and urlsafe base64."""
+    raw = value.encode()
+    forms = [value, raw.hex(), raw.hex().upper()]
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        text = encode(raw).decode()
+        forms += [text, text.rstrip("=")]
+    return forms
+
+
+def test_canaries_never_reach_the_receipt_or_the_summary(tmp_path: Path) -> None:
+    canaries = {name: f"canary-{secrets.token_hex(16)}" for name in SECRET_NAMES}
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "pyproject.toml": (
+                '[tool.charpin]\nenv_allow = ["GITHUB_TOKEN", "MY_SERVICE_TOKEN", "SAFE_SETTING"]\n'
+            ),
+            "tests/test_env.py": (
+                "import os\ndef test_env():\n    print(dict(os.environ))\n"
+                "    assert os.environ['GITHUB_TOKEN'].startswith('canary-')\n"
+            ),
+        },
+    )
+    result = charpin(repo, env=charpin_env(SAFE_SETTING="visible", **canaries))
+    assert result.returncode == 0, result.stderr
+    receipt = next((repo / ".charpin" / "receipts").glob("*.json")).read_text()
+    for name, value in canaries.items():
+        for form in encodings(value):
+            assert form not in receipt, f"{name} leaked into the receipt as {form}"
+            assert form not in result.stdout, f"{name} leaked into stdout as {form}"
+            assert form not in result.stderr, f"{name} leaked into stderr as {form}"
+    environment = only_receipt(repo)["environment"]
+    # The allow-list works (so the test above can fail) and secret-looking names are refused.
+    assert environment["variables"]["SAFE_SETTING"] == "visible"
+    assert not set(SECRET_NAMES) & set(environment["variables"])
+    assert environment["omitted_variables"] >= len(SECRET_NAMES)
+    for name in ("AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK"):
+        assert name not in receipt
+
+
+def test_secret_looking_names() -> None:
+    from charpin_runner.envinfo import looks_secret, pick_variables
+
+    for name in (
+        "GITHUB_TOKEN",
+        "aws_secret_access_key",
+        "DB_PASSWORD",
+        "MY_PASSWD",
+        "API_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "SSH_AUTH_SOCK",
+        "NPM_AUTH",
+        "X_AUTHORITY",
+    ):
+        assert looks_secret(name), name
+    for name in ("LANG", "TZ", "CI", "PYTHONHASHSEED", "AUTHOR"):
+        assert not looks_secret(name), name
+    kept, omitted = pick_variables(
+        {"LANG": "C", "GITHUB_TOKEN": "t", "OTHER": "o"}, ["LANG", "GITHUB_TOKEN"]
+    )
+    assert (kept, omitted) == ({"LANG": "C"}, 2)

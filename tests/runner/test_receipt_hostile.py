@@ -1,0 +1,177 @@
+"""Hostile test suites: each trick a test can play shows up in the receipt the parent writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import git, make_repo
+from tests.runner.test_receipt_cmd import charpin, charpin_env, only_receipt
+
+FIXTURE = "tests/fixtures/rates.json"
+ORIGINAL = '{"vat": "0.20"}\n'
+
+
+def hostile_repo(tmp_path: Path, body: str) -> Path:
+    """A committed repository with one fixture and one test module with body."""
+    return make_repo(
+        tmp_path / "repo",
+        {
+            FIXTURE: ORIGINAL,
+            "tests/test_hostile.py": "import os, pathlib, subprocess, sys, time\n" + body,
+        },
+    )
+
+
+def live_members(pgid: int) -> list[int]:
+    """Pids of non-zombie processes in process group pgid."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                members.append(int(entry.name))
+    return members
+
+
+def test_a_test_that_mutates_a_fixture(tmp_path: Path) -> None:
+    repo = hostile_repo(
+        tmp_path, f"def test_edit():\n    pathlib.Path({FIXTURE!r}).write_text('edited')\n"
+    )
+    result = charpin(repo)
+    assert result.returncode == 0, result.stderr
+    fixtures = only_receipt(repo)["fixtures"]
+    assert fixtures["changed"] == [FIXTURE]
+    assert f"1 changed ({FIXTURE})" in result.stdout
+    assert only_receipt(repo)["tree"]["written"] == [FIXTURE]
+
+
+def test_a_test_that_swaps_a_fixture_for_an_escaping_symlink(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not a fixture")
+    repo = hostile_repo(
+        tmp_path,
+        "def test_swap():\n"
+        f"    p = pathlib.Path({FIXTURE!r})\n"
+        "    p.unlink()\n"
+        f"    p.symlink_to({str(outside)!r})\n",
+    )
+    charpin(repo)
+    fixtures = only_receipt(repo)["fixtures"]
+    assert fixtures["type_changed"] == [FIXTURE]
+    assert fixtures["escaping_symlinks"] == [FIXTURE]
+    after = {f["path"]: f for f in fixtures["after"]}
+    assert after[FIXTURE]["kind"] == "symlink" and after[FIXTURE]["sha256"] is None
+
+
+def test_a_background_process_cannot_edit_a_fixture_after_the_session(tmp_path: Path) -> None:
+    late = f"import time; time.sleep(1.5); open({FIXTURE!r}, 'w').write('x')"
+    repo = hostile_repo(
+        tmp_path,
+        f"def test_spawn():\n    subprocess.Popen([sys.executable, '-c', {late!r}])\n",
+    )
+    result = charpin(repo)
+    assert result.returncode == 0, result.stderr
+    assert only_receipt(repo)["fixtures"]["changed"] == []
+    time.sleep(3)  # past the moment the leftover process would have written
+    assert (repo / FIXTURE).read_text() == ORIGINAL
+
+
+def test_a_test_that_rewrites_git_head(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path, "def test_ok():\n    pass\n")
+    first = git(repo, "rev-parse", "HEAD")
+    (repo / "second.txt").write_text("2\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "second")
+    second = git(repo, "rev-parse", "HEAD")
+    (repo / "tests" / "test_head.py").write_text(
+        f"def test_head():\n    open('.git/HEAD', 'w').write({first + chr(10)!r})\n"
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "third")
+    third = git(repo, "rev-parse", "HEAD")
+    charpin(repo)
+    identity = only_receipt(repo)["identity"]
+    assert (identity["head_before"], identity["head_after"]) == (third, first)
+    assert identity["tree_before"] != identity["tree_after"]
+    assert second != first
+    assert "second.txt" in only_receipt(repo)["tree"]["dirty_after"]
+
+
+def test_os_exit_zero_mid_run_is_incomplete(tmp_path: Path) -> None:
+    repo = hostile_repo(
+        tmp_path,
+        "def test_a():\n    pass\ndef test_b():\n    os._exit(0)\ndef test_c():\n    pass\n",
+    )
+    result = charpin(repo)
+    assert result.returncode == 2, result.stderr
+    exit_block = only_receipt(repo)["exit"]
+    assert exit_block["status"] == 0
+    assert exit_block["interpretation"] == "incomplete"
+    assert exit_block["pytest_status"] is None
+    assert any("never finished" in reason for reason in exit_block["reasons"])
+    assert "0 → incomplete" in result.stdout
+    assert "never finished" in result.stderr
+
+
+def test_timeout_kills_the_whole_group_quickly(tmp_path: Path) -> None:
+    marker = tmp_path / "pgid"
+    repo = hostile_repo(
+        tmp_path,
+        "def test_slow():\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"    pathlib.Path({str(marker)!r}).write_text(str(os.getpgid(0)))\n"
+        "    time.sleep(60)\n",
+    )
+    began = time.monotonic()
+    result = charpin(repo, "--timeout", "2", timeout=90)
+    elapsed = time.monotonic() - began
+    assert result.returncode == 4, result.stderr
+    assert elapsed < 45  # far below the 60 s sleep: the deadline, not the test, ended the run
+    exit_block = only_receipt(repo)["exit"]
+    assert exit_block["interpretation"] == "timed-out"
+    assert "2 s deadline" in exit_block["reasons"][0]
+    assert live_members(int(marker.read_text())) == []
+
+
+def test_sigint_to_charpin_still_writes_an_interrupted_receipt(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    repo = hostile_repo(
+        tmp_path,
+        f"def test_wait():\n    pathlib.Path({str(started)!r}).write_text('go')\n"
+        "    time.sleep(60)\n",
+    )
+    out = tmp_path / "receipt.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "charpin_runner", "receipt", "-o", str(out)],
+        cwd=repo,
+        env=charpin_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert started.exists()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    receipt: dict[str, Any] = json.loads(out.read_text())
+    assert receipt["exit"]["interpretation"] == "interrupted"
+    assert "interrupted" in receipt["exit"]["reasons"][0]
+    assert os.path.exists(out)
