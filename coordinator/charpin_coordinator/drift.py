@@ -302,17 +302,22 @@ def _fixtures(receipts: Sequence[Labeled], base: Labeled) -> Dimension | None:
             *(f"{label}: {p} changed mode during the run" for p in f.mode_changed),
             *(f"{label}: {p} is a symlink pointing out of its root" for p in f.escaping_symlinks),
         ]
-        if label != base_label:
-            moved += _state_diff(label, base_label, base_before, _state_map(f.before), r, b)
-        if moved:
+        if moved and label not in boxes:
             boxes.append(label)
-            details.extend(moved)
+        details.extend(moved)
+        if label != base_label:
+            for blamed, line in _state_diff(
+                label, base_label, base_before, _state_map(f.before), r, b
+            ):
+                if blamed not in boxes:
+                    boxes.append(blamed)
+                details.append(line)
     if not boxes:
         return None
     return Dimension(
         name="fixtures",
         gating=True,
-        summary=f"watched fixtures moved on {', '.join(boxes)}",
+        summary=f"watched fixtures differ or moved on {', '.join(boxes)}",
         boxes=boxes,
         details=details,
     )
@@ -325,21 +330,29 @@ def _state_diff(
     mine: dict[str, tuple[object, ...]],
     r: Receipt,
     b: Receipt,
-) -> list[str]:
+) -> list[tuple[str, str]]:
+    """(box to blame, detail) for each watched path that started differently on the two boxes."""
     out = []
     for path in sorted(set(base) | set(mine)):
         if base.get(path) == mine.get(path):
             continue
         where = _blame(path, r, b, label, base_label)
+        blamed = (
+            base_label if path in b.tree.dirty_before and path not in r.tree.dirty_before else label
+        )
         if path not in mine:
-            out.append(f"{label}: {path} missing (present on {base_label}){where}")
+            out.append((blamed, f"{label}: {path} missing (present on {base_label}){where}"))
         elif path not in base:
-            out.append(f"{label}: {path} present only here (not on {base_label}){where}")
+            out.append((blamed, f"{label}: {path} present only here (not on {base_label}){where}"))
         else:
-            out.append(
-                f"{label}: {path} differs from {base_label}: sha256 "
-                f"{_short(str(mine[path][2]))} vs {_short(str(base[path][2]))}{where}"
+            ours, theirs, other = mine[path][2], base[path][2], base_label
+            if blamed == base_label:  # say it from the point of view of the box to blame
+                ours, theirs, other = theirs, ours, label
+            line = (
+                f"{blamed}: {path} differs from {other}: sha256 "
+                f"{_short(str(ours))} vs {_short(str(theirs))}{where}"
             )
+            out.append((blamed, line))
     return out
 
 

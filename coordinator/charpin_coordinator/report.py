@@ -42,6 +42,7 @@ NotEvaluatedKind = Literal[
     "interrupted",
     "snapshot-integrity",
     "unsupported-box",
+    "disconnected",
 ]
 
 

@@ -10,17 +10,19 @@ import argparse
 import os
 import re
 import sys
+from dataclasses import replace
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from charpin_runner import config as config_mod
 from charpin_runner import gitstate
-from charpin_runner.errors import EXIT_INTERRUPTED, UsageError
+from charpin_runner.errors import EXIT_INTERRUPTED, ConfigError, UsageError
 from charpin_runner.interpret import EXIT_CODES
 from charpin_runner.receipt import OUTCOMES, Receipt, dumps, write_atomic
 from charpin_runner.run_receipt import (
     Request,
+    become_subreaper,
     ensure_receipt_folder,
     new_run_id,
     produce,
@@ -31,6 +33,7 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_FINGERPRINT = re.compile(r"[\x21-\x7e]{1,200}")
 _SHOWN = 3
 
 
@@ -63,7 +66,7 @@ def add_parsers(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handle `charpin receipt`."""
     repo = gitstate.find_toplevel(Path(args.repo or os.getcwd()))
-    request = _request(args, repo)
+    request = replace(_request(args, repo), kill_adopted=become_subreaper())
     output = _output_path(args.output, repo, request.run_id)
     with stop_on_signals() as stop:
         receipt = produce(request, stop)
@@ -90,6 +93,10 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
     if extra[:1] == ["--"]:
         extra = extra[1:]
     timeout = _timeout(args.timeout) if args.timeout is not None else cfg.timeout
+    if timeout is not None and not timeout > 0:
+        raise ConfigError(
+            f"[tool.charpin] timeout {timeout!r} must be positive; fix pyproject.toml"
+        )
     return Request(
         repo=repo,
         config=cfg,
@@ -102,7 +109,9 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
         expected_commit=_checked(args.expected_commit, _COMMIT, "--expected-commit", "hex sha"),
         snapshot_sha256=_checked(args.snapshot_sha256, _SHA256, "--snapshot-sha256", "64 hex"),
         patch_sha256=_checked(args.patch_sha256, _SHA256, "--patch-sha256", "64 hex"),
-        host_key_fingerprint=args.host_key_fingerprint,
+        host_key_fingerprint=_checked(
+            args.host_key_fingerprint, _FINGERPRINT, "--host-key-fingerprint", "printable ASCII"
+        ),
         host_key_accepted_new=bool(args.host_key_accepted_new),
         replay_pins=not args.no_pins,
         extra=extra,

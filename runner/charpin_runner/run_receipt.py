@@ -3,8 +3,9 @@
 Runs on boxes; stdlib only. Everything except the outcomes is measured by this (parent) process:
 git state, fixture hashes and exit status. The test command runs in a new session; when it ends
 the whole group is SIGKILLed before the after-measurements, so a process a test left behind
-cannot edit a fixture after the last hash. (A daemon that calls setsid() itself leaves the group
-and escapes this; see the README.)
+cannot edit a fixture after the last hash. A daemon that calls setsid() leaves the group; on
+Linux the CLI is a child subreaper, so such a daemon is re-parented to it and killed too. A
+process started through something else (systemd-run, ssh, a container runtime) is out of reach.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from typing import Any, cast
 import charpin_runner
 from charpin_runner import envinfo, fixtures, gitstate
 from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, CharpinConfig
-from charpin_runner.errors import CharpinError, ConfigError, RunError
+from charpin_runner.errors import CharpinError, ConfigError, RunError, UsageError
 from charpin_runner.interpret import Ending, interpret
 from charpin_runner.probe import ProbeData, read_probe
 from charpin_runner.receipt import (
     OUTCOMES,
     SCHEMA_VERSION,
     Collection,
+    Environment,
     Identity,
     Outcome,
     Pins,
@@ -45,8 +47,11 @@ from charpin_runner.receipt import (
 
 # Grace between SIGTERM and SIGKILL for a test command we are stopping.
 TERM_GRACE = 5.0
+# Shorter when charpin itself was asked to stop: the receipt still has to be written quickly.
+INTERRUPT_GRACE = 1.0
 # Upper bound on waiting for killed group members to disappear.
 _REAP_BOUND = 5.0
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class Request:
     config: CharpinConfig
     run_id: str
     label: str = "local"
-    today: str = ""
+    today: str = ""  # ledger expiry date, YYYY-MM-DD; empty means today (UTC)
     timeout: float | None = None
     expected_commit: str | None = None
     snapshot_sha256: str | None = None
@@ -66,6 +71,9 @@ class Request:
     host_key_accepted_new: bool = False
     replay_pins: bool = True
     extra: list[str] = field(default_factory=list)
+    # Kill every child this process has after the run: only for a process that became a
+    # subreaper and runs nothing else (the CLI), never for a library caller.
+    kill_adopted: bool = False
 
 
 class StopFlag:
@@ -107,50 +115,74 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     ledger_sha = fixtures.hash_file(str(repo / ledger)) if ledger else None
     started_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     git_before = gitstate.read_state(repo)
+    if git_before.head == gitstate.UNRESOLVED:
+        raise UsageError(f"{repo} has no commit checked out (HEAD does not resolve); commit first")
     fx_before = fixtures.snapshot(repo, roots)
-    with tempfile.TemporaryDirectory(prefix="charpin-probe-") as tmp:
-        probe_path = Path(tmp) / "probe.jsonl"
-        argv = build_command(request, probe_path, ledger)
-        began = time.monotonic()
-        ending = run_child(argv, repo, child_env(Path(tmp)), request.timeout, stop)
-        wall = round(time.monotonic() - began, 3)
-        probe = read_probe(probe_path)
+    run = _run_tests(request, ledger, stop)
+    # Everything below is measured after the whole process group is gone.
     git_after, reasons = _state_after(repo)
     fx_after = fixtures.snapshot(repo, roots)
     # An interrupted run winds down: the receipt is written, pins are not replayed.
     pins, pin_reasons = _replay_pins(request, skip=stop.requested)
     reasons += pin_reasons
-    if ledger_sha and probe.ledger.sha256 and probe.ledger.sha256 != ledger_sha:
-        reasons.append(
-            "the ledger the probe read differs from the one charpin hashed before the run"
-        )
-    ending = Ending(ending.status, ending.timed_out, stop.requested, request.timeout)
+    if ledger_sha and run.probe.ledger.sha256 and run.probe.ledger.sha256 != ledger_sha:
+        reasons.append("the ledger the probe read differs from the one charpin hashed before")
+    ending = Ending(run.ending.status, run.ending.timed_out, stop.requested, request.timeout)
     return Receipt(
         schema_version=SCHEMA_VERSION,
         run_id=request.run_id,
         label=request.label,
         charpin_version=charpin_runner.__version__,
-        command=_recorded_command(argv, probe_path, repo),
+        command=run.command,
         started_at=started_at,
-        wall_seconds=wall,
+        wall_seconds=run.wall,
         identity=_identity(request, git_before, git_after),
         tree=_tree(config, git_before, git_after),
-        collection=_collection(probe),
-        outcomes={k: cast(Outcome, v) for k, v in probe.outcomes.items() if v in OUTCOMES},
-        durations=dict(probe.durations),
+        collection=_collection(run.probe),
+        outcomes={k: cast(Outcome, v) for k, v in run.probe.outcomes.items() if v in OUTCOMES},
+        durations=dict(run.probe.durations),
         fixtures=fixtures.diff(fx_before, fx_after),
-        quarantine=_quarantine(probe, ledger, ledger_sha),
+        quarantine=_quarantine(run.probe, ledger, ledger_sha),
         pins=pins,
-        exit=interpret(ending, probe, tuple(reasons)),
-        environment=envinfo.collect(
-            repo=repo,
-            allow=list(BASE_ENV_ALLOW) + list(config.env_allow),
-            conftests=probe.conftests,
-            plugins=probe.plugins,
-            pytest_version=probe.pytest_version,
-            host_key_fingerprint=request.host_key_fingerprint,
-            host_key_accepted_new=request.host_key_accepted_new,
-        ),
+        exit=interpret(ending, run.probe, tuple(reasons)),
+        environment=_environment(request, run.probe),
+    )
+
+
+@dataclass(frozen=True)
+class _TestRun:
+    command: list[str]
+    ending: Ending
+    wall: float
+    probe: ProbeData
+
+
+def _run_tests(request: Request, ledger: str | None, stop: StopFlag) -> _TestRun:
+    """Run the test command with the probe writing to a scratch folder outside the repository."""
+    with tempfile.TemporaryDirectory(prefix="charpin-probe-") as tmp:
+        probe_path = Path(tmp) / "probe.jsonl"
+        argv = build_command(request, probe_path, ledger)
+        env = child_env(Path(tmp))
+        began = time.monotonic()
+        ending = run_child(argv, request.repo, env, request.timeout, stop, request.kill_adopted)
+        wall = round(time.monotonic() - began, 3)
+        return _TestRun(
+            command=_recorded_command(argv, probe_path, request.repo),
+            ending=ending,
+            wall=wall,
+            probe=read_probe(probe_path),
+        )
+
+
+def _environment(request: Request, probe: ProbeData) -> Environment:
+    return envinfo.collect(
+        repo=request.repo,
+        allow=list(BASE_ENV_ALLOW) + list(request.config.env_allow),
+        conftests=probe.conftests,
+        plugins=probe.plugins,
+        pytest_version=probe.pytest_version,
+        host_key_fingerprint=request.host_key_fingerprint,
+        host_key_accepted_new=request.host_key_accepted_new,
     )
 
 
@@ -216,9 +248,17 @@ def import_root(scratch: Path) -> str:
 
 
 def run_child(
-    argv: list[str], repo: Path, env: dict[str, str], timeout: float | None, stop: StopFlag
+    argv: list[str],
+    repo: Path,
+    env: dict[str, str],
+    timeout: float | None,
+    stop: StopFlag,
+    adopted: bool = False,
 ) -> Ending:
-    """Run argv in its own process group; on any end, SIGKILL the group and wait it out."""
+    """Run argv in its own process group; on any end, SIGKILL the group and wait it out.
+
+    With adopted=True (see become_subreaper) every remaining child of this process, which
+    includes daemons that left the group with setsid(), is killed as well."""
     try:
         proc = subprocess.Popen(argv, cwd=str(repo), env=env, start_new_session=True)
     except OSError as exc:
@@ -231,9 +271,11 @@ def run_child(
         status, timed_out = _supervise(proc, deadline, lambda: stop.requested)
     finally:
         if proc.poll() is None:
-            _stop(proc)
+            _stop(proc, INTERRUPT_GRACE)
         # Lingering background processes of the run die here, before anything is re-hashed.
         kill_group(proc.pid)
+        if adopted:
+            kill_adopted()
     return Ending(status=status, timed_out=timed_out, timeout=timeout)
 
 
@@ -246,16 +288,17 @@ def _supervise(
         except subprocess.TimeoutExpired:
             pass
         if stopping():
-            return _stop(proc), False
+            # Whoever stopped us waits for the receipt (the coordinator allows a few seconds).
+            return _stop(proc, INTERRUPT_GRACE), False
         if deadline is not None and time.monotonic() >= deadline:
-            return _stop(proc), True
+            return _stop(proc, TERM_GRACE), True
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> int:
-    """SIGTERM the group, give it TERM_GRACE seconds, then SIGKILL it."""
+def _stop(proc: subprocess.Popen[bytes], grace: float) -> int:
+    """SIGTERM the group, give it grace seconds, then SIGKILL it."""
     _signal_group(proc.pid, signal.SIGTERM)
     try:
-        return proc.wait(timeout=TERM_GRACE)
+        return proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         _signal_group(proc.pid, signal.SIGKILL)
         return proc.wait()
@@ -271,24 +314,61 @@ def kill_group(pgid: int) -> None:
 
 def group_alive(pgid: int) -> bool:
     """True while some non-zombie process is in group pgid (zombies cannot write files)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         try:
             os.killpg(pgid, 0)
         except (ProcessLookupError, PermissionError):
             return False
         return True
-    for entry in proc.iterdir():
+    return any(group == pgid and state not in "ZX" for _, _, group, state in _processes())
+
+
+def become_subreaper() -> bool:
+    """Linux: adopt orphaned descendants (PR_SET_CHILD_SUBREAPER), so that a daemon which
+    setsid()s out of the test's process group is re-parented to us and kill_adopted() finds it.
+    Only for a process that runs nothing else, i.e. the CLI. False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes  # here only: some minimal Pythons lack it
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
+def kill_adopted() -> None:
+    """SIGKILL and reap every child of this process, repeatedly: each kill can orphan that
+    process's own children onto us. Bounded in time like kill_group."""
+    me = os.getpid()
+    until = time.monotonic() + _REAP_BOUND
+    while time.monotonic() < until:
+        children = [pid for pid, parent, _, _ in _processes() if parent == me]
+        if not children:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, os.WNOHANG)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
+def _processes() -> Iterator[tuple[int, int, int, str]]:
+    """(pid, parent pid, process group, state letter) of every process visible in /proc."""
+    for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            text = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
+        # The command name may contain spaces and parentheses; fields resume after the last ')'.
+        fields = text.rsplit(")", 1)[-1].split()
+        if len(fields) > 2:
+            yield int(entry.name), int(fields[1]), int(fields[2]), fields[0]
 
 
 def _signal_group(pgid: int, sig: int) -> None:

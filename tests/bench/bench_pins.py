@@ -28,7 +28,7 @@ from charpin_runner.pins.model import Case, Pin  # noqa: E402
 from charpin_runner.pins.record import record_case  # noqa: E402
 from charpin_runner.pins.replay import replay  # noqa: E402
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 
 CLI = '''\
 import argparse, os, sys
@@ -91,11 +91,12 @@ def build_prysk(repo: Path, pins: list[Pin], folder: Path) -> None:
     for pin in pins:
         case, golden = pin.case, pin.golden
         assert golden is not None
-        stdin = case.stdin.decode()
+        stdin = folder / f"{case.id}.stdin"
+        stdin.write_bytes(case.stdin)
         argv = " ".join(_cram_quote(a) for a in case.argv[1:])
-        lines = [f"  $ printf %s {_cram_quote(stdin)} | python3 {repo / case.argv[0]} {argv} 2>&1"]
-        # prysk merges streams: stderr (line-buffered) lands before stdout (flushed at exit).
-        merged = golden.stderr.decode() + golden.stdout.decode()
+        lines = [f"  $ python3 {repo / case.argv[0]} {argv} < {stdin} 2>&1"]
+        # prysk merges the two streams into one; stdout is written first by this CLI.
+        merged = golden.stdout.decode() + golden.stderr.decode()
         lines += [f"  {line}" for line in merged.splitlines()]
         if golden.exit_code:
             lines.append(f"  [{golden.exit_code}]")

@@ -127,3 +127,28 @@ def test_venv_is_cached_by_dependency_files(git_repo: Path, tmp_path: Path) -> N
     once("second")
     assert count.read_text() == "ran\n"
     assert not list((root / ".cache/charpin/runs").iterdir())  # run folders removed
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--jobs", "0"], "--jobs 0"),
+        (["--timeout", "-3"], "--timeout"),
+        (["--commit", "no-such-rev"], "no-such-rev"),
+        (["--hosts", "local,,clean"], "empty name"),
+        (["--hosts", "nope"], "unknown host 'nope'"),
+        (["--run-id", "../up"], "--run-id"),
+        (["--baseline", "ci"], "--baseline 'ci'"),
+    ],
+)
+def test_bad_values_are_one_line_and_exit_64(
+    git_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+    needle: str,
+) -> None:
+    empty = tmp_path / "ssh_config"
+    empty.write_text("")
+    code = main(["run", "--repo", str(git_repo), "--ssh-config", str(empty), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 64
+    assert needle in err and len(err.splitlines()) == 1
+    assert not (git_repo / ".charpin").exists()

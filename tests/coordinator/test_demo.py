@@ -141,6 +141,21 @@ def test_explanation_is_empty_when_nothing_is_stale(tmp_path: Path) -> None:
     assert explain(report, receipts) == []
 
 
+def test_explanation_follows_what_the_stale_file_did(tmp_path: Path) -> None:
+    # An uncommitted fixture no test reads: caught by the gates, but no outcome moves.
+    demo = build_demo_repo(tmp_path / "repo", stale=False)
+    clean = _clean_clone(demo, tmp_path / "clean")
+    (demo.path / "tests/fixtures/notes.txt").write_text("left by a local run\n")
+    receipts = [
+        _receipt(clean, "clean", tmp_path, tmp_path),
+        _receipt(demo.path, "local", tmp_path, tmp_path),
+    ]
+    lines = explain(build_report(receipts), receipts)
+    assert lines[0].startswith("local ran with an uncommitted edit to tests/fixtures/notes.txt: ")
+    assert "every test gives the same result" in lines[1]
+    assert FAILING not in lines[1]
+
+
 def _demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     area = tmp_path / "area"
     area.mkdir(exist_ok=True)
@@ -158,7 +173,7 @@ def test_demo_command_catches_the_stale_fixture_and_cleans_up(tmp_path: Path) ->
     out = done.stdout
     assert "Clean tree" in out and "FAIL" in out  # the run's own report
     _, explanation = out.split("What the demo caught:\n")
-    lines = explanation.strip().splitlines()
+    lines = [line for line in explanation.splitlines() if line.startswith("  ")]
     assert len(lines) == 2
     assert lines[0].strip().startswith(f"local ran with an uncommitted edit to {STALE}")
     assert FAILING in lines[1]
@@ -178,7 +193,8 @@ def test_demo_command_control_run_catches_nothing(tmp_path: Path) -> None:
 def test_demo_command_keep_prints_the_kept_repository(tmp_path: Path) -> None:
     done, area = _demo(tmp_path, "--keep")
     assert done.returncode == 3, done.stderr
-    kept = Path(done.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("kept the example")]
+    kept = Path(line.split(": ", 1)[1])
     assert kept.parent.parent == area
     assert (kept / ".git").is_dir() and git(kept, "status", "--porcelain") == f"M {STALE}"
     assert list((kept / ".charpin" / "runs").iterdir())  # the run folder is kept with it
@@ -194,3 +210,18 @@ def test_demo_dir_must_exist(tmp_path: Path) -> None:
         f"charpin-remote: error: --dir {tmp_path / 'nope'} is not a folder; "
         "create it or leave --dir out"
     ]
+
+
+def test_demo_needs_pytest_in_this_interpreter(tmp_path: Path) -> None:
+    # `sys.modules[name] = None` makes the import system report the module as absent.
+    code = (
+        "import sys; sys.modules['pytest'] = None; "
+        "from charpin_coordinator.cli import main; sys.exit(main(['demo', '--dir', sys.argv[1]]))"
+    )
+    argv = [sys.executable, "-c", code, str(tmp_path)]
+    done = subprocess.run(
+        argv, env=_env(tmp_path), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 64
+    assert "cannot import; install it (pip install pytest)" in done.stderr
+    assert list(tmp_path.iterdir()) == []

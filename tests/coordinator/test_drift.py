@@ -176,3 +176,21 @@ def test_sorted_unified_diff_matches_difflib(seed):
         difflib.unified_diff([x + "\n" for x in old], [x + "\n" for x in new], "old", "new", n=2)
     )
     assert ours == theirs
+
+
+def test_fixture_drift_is_blamed_on_a_dirty_baseline_not_on_the_clean_clone():
+    stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
+    local = make_receipt(
+        "local",
+        **{
+            "fixtures.before": [stale],
+            "fixtures.after": [stale],
+            "tree.dirty_before": [FIXTURE.path],
+            "tree.dirty_after": [FIXTURE.path],
+        },
+    )
+    fixtures = dims(report(local, make_receipt("clean")))["fixtures"]
+    assert fixtures.boxes == ["local"]
+    assert fixtures.details == [
+        f"local: {FIXTURE.path} differs from clean: sha256 bbbbbbbbbbbb vs aaaaaaaaaaaa (uncommitted on local)"
+    ]

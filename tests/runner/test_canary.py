@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import secrets
 from pathlib import Path
 
@@ -74,3 +75,29 @@ def test_secret_looking_names() -> None:
         {"LANG": "C", "GITHUB_TOKEN": "t", "OTHER": "o"}, ["LANG", "GITHUB_TOKEN"]
     )
     assert (kept, omitted) == ({"LANG": "C"}, 2)
+
+
+def test_environment_block_facts(tmp_path: Path) -> None:
+    from charpin_runner.envinfo import collect
+
+    (tmp_path / "conftest.py").write_text("x = 1\n")
+    environment = collect(
+        repo=tmp_path,
+        allow=["LANG", "TZ", "GITHUB_TOKEN"],
+        conftests=["conftest.py", "../elsewhere/conftest.py", "gone/conftest.py"],
+        plugins=["b-1", "a-2"],
+        pytest_version="8.0",
+        host_key_fingerprint="SHA256:x",
+        host_key_accepted_new=True,
+        environ={"LANG": "de_DE.UTF-8", "TZ": "Europe/Berlin", "GITHUB_TOKEN": "t", "HOME": "/h"},
+    )
+    assert environment.variables == {"LANG": "de_DE.UTF-8", "TZ": "Europe/Berlin"}
+    assert environment.omitted_variables == 2
+    assert environment.tz == "Europe/Berlin"
+    assert environment.locale.startswith("de_DE.UTF-8")
+    assert environment.plugins == ["a-2", "b-1"]
+    assert environment.conftest_sha256 == {
+        "conftest.py": hashlib.sha256(b"x = 1\n").hexdigest(),
+        "../elsewhere/conftest.py": "outside-repository",
+        "gone/conftest.py": "missing",
+    }

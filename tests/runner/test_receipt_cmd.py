@@ -147,6 +147,8 @@ def test_not_a_git_repository_is_a_usage_error(tmp_path: Path) -> None:
         (["--timeout", "soon"], "--timeout"),
         (["--today", "30/11/2026"], "--today"),
         (["--snapshot-sha256", "abc"], "--snapshot-sha256"),
+        (["--host-key-fingerprint", "SHA256:a b\nc"], "--host-key-fingerprint"),
+        (["--timeout", "-1"], "--timeout"),
     ],
 )
 def test_bad_flags_are_usage_errors(git_repo: Path, flags: list[str], message: str) -> None:
@@ -230,3 +232,12 @@ def test_a_test_command_that_cannot_start_exits_4(git_repo: Path, tmp_path: Path
     result = charpin(git_repo, "--config-json", str(settings))
     assert result.returncode == 4
     assert "no-such-python" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_repository_without_commits_is_refused(tmp_path: Path) -> None:
+    repo = tmp_path / "empty"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    result = charpin(repo)
+    assert result.returncode == 64
+    assert "has no commit" in result.stderr

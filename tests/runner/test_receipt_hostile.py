@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import git, make_repo
 from tests.runner.test_receipt_cmd import charpin, charpin_env, only_receipt
 
@@ -31,16 +33,28 @@ def hostile_repo(tmp_path: Path, body: str) -> Path:
 
 def live_members(pgid: int) -> list[int]:
     """Pids of non-zombie processes in process group pgid."""
-    members = []
+    return [pid for pid, group, _ in _processes() if group == pgid]
+
+
+def live_in(folder: Path) -> list[int]:
+    """Pids of non-zombie processes whose working directory is inside folder."""
+    root = os.path.realpath(folder)
+    return [pid for pid, _, cwd in _processes() if cwd == root or cwd.startswith(root + os.sep)]
+
+
+def _processes() -> list[tuple[int, int, str]]:
+    """(pid, process group, cwd) of every visible non-zombie process."""
+    found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cwd = os.readlink(entry / "cwd")
             except (OSError, IndexError):
                 continue
-            if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-                members.append(int(entry.name))
-    return members
+            if fields[0] not in ("Z", "X"):
+                found.append((int(entry.name), int(fields[2]), cwd))
+    return found
 
 
 def test_a_test_that_mutates_a_fixture(tmp_path: Path) -> None:
@@ -82,8 +96,35 @@ def test_a_background_process_cannot_edit_a_fixture_after_the_session(tmp_path: 
     result = charpin(repo)
     assert result.returncode == 0, result.stderr
     assert only_receipt(repo)["fixtures"]["changed"] == []
+    assert live_in(repo) == []
     time.sleep(3)  # past the moment the leftover process would have written
     assert (repo / FIXTURE).read_text() == ORIGINAL
+
+
+def test_a_setsid_daemon_is_adopted_and_killed_too(tmp_path: Path) -> None:
+    marker = tmp_path / "daemon-pid"
+    daemon = (
+        "import os, sys, time\n"
+        "if os.fork(): sys.exit(0)\n"
+        "os.setsid()\n"
+        "if os.fork(): sys.exit(0)\n"
+        f"open({str(marker) + '.tmp'!r}, 'w').write(str(os.getpid()))\n"
+        f"os.rename({str(marker) + '.tmp'!r}, {str(marker)!r})\n"
+        "time.sleep(1.5)\n"
+        f"open({FIXTURE!r}, 'w').write('x')\n"
+    )
+    repo = hostile_repo(
+        tmp_path,
+        "def test_daemon():\n"
+        f"    subprocess.run([sys.executable, '-c', {daemon!r}], check=True)\n"
+        f"    while not os.path.exists({str(marker)!r}):\n"
+        "        time.sleep(0.01)\n",
+    )
+    result = charpin(repo)
+    assert result.returncode == 0, result.stderr
+    time.sleep(3)  # past the moment the daemon would have written
+    assert (repo / FIXTURE).read_text() == ORIGINAL
+    assert not Path(f"/proc/{int(marker.read_text())}").exists()
 
 
 def test_a_test_that_rewrites_git_head(tmp_path: Path) -> None:
@@ -124,12 +165,10 @@ def test_os_exit_zero_mid_run_is_incomplete(tmp_path: Path) -> None:
 
 
 def test_timeout_kills_the_whole_group_quickly(tmp_path: Path) -> None:
-    marker = tmp_path / "pgid"
     repo = hostile_repo(
         tmp_path,
         "def test_slow():\n"
         "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-        f"    pathlib.Path({str(marker)!r}).write_text(str(os.getpgid(0)))\n"
         "    time.sleep(60)\n",
     )
     began = time.monotonic()
@@ -140,14 +179,18 @@ def test_timeout_kills_the_whole_group_quickly(tmp_path: Path) -> None:
     exit_block = only_receipt(repo)["exit"]
     assert exit_block["interpretation"] == "timed-out"
     assert "2 s deadline" in exit_block["reasons"][0]
-    assert live_members(int(marker.read_text())) == []
+    # Every process of the run had its cwd in the repository; none may be left.
+    assert live_in(repo) == []
 
 
-def test_sigint_to_charpin_still_writes_an_interrupted_receipt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_charpin_still_writes_an_interrupted_receipt(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     started = tmp_path / "started"
     repo = hostile_repo(
         tmp_path,
-        f"def test_wait():\n    pathlib.Path({str(started)!r}).write_text('go')\n"
+        f"def test_wait():\n    pathlib.Path({str(started)!r}).write_text(str(os.getpgid(0)))\n"
         "    time.sleep(60)\n",
     )
     out = tmp_path / "receipt.json"
@@ -161,16 +204,19 @@ def test_sigint_to_charpin_still_writes_an_interrupted_receipt(tmp_path: Path) -
     )
     try:
         deadline = time.monotonic() + 60
-        while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if started.exists() and started.read_text():
+                break
             time.sleep(0.05)
-        assert started.exists()
-        proc.send_signal(signal.SIGINT)
+        assert started.read_text()
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, stderr
+    assert live_members(int(started.read_text())) == []
     receipt: dict[str, Any] = json.loads(out.read_text())
     assert receipt["exit"]["interpretation"] == "interrupted"
     assert "interrupted" in receipt["exit"]["reasons"][0]

@@ -16,10 +16,10 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from importlib.abc import Traversable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from charpin_runner.errors import CharpinError, ConfigError
+from charpin_runner.errors import ConfigError, UsageError
 from charpin_runner.pins.execute import Session
 from charpin_runner.pins.model import Pin
 from charpin_runner.pins.record import record_case
@@ -30,12 +30,15 @@ from charpin_coordinator.config import load_config
 from charpin_coordinator.gates import undeclared
 from charpin_coordinator.report import DriftReport
 
+if TYPE_CHECKING:  # importlib.abc.Traversable is deprecated from 3.12 and gone in 3.14
+    from importlib.resources.abc import Traversable
+
 __all__ = ["STALE_PATHS", "DemoRepo", "build_demo_repo", "explain"]
 
 _SUFFIX = ".tmpl"
 # Names a package-data file cannot carry as they are (hatchling and git treat dotfiles specially).
 _RENAMES = {"gitignore": ".gitignore"}
-# A fixed identity and date, so the demo commit is the same on every machine.
+# A fixed identity and date: the demo commit does not depend on who runs it, or when.
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "Billing Team",
     "GIT_AUTHOR_EMAIL": "billing-team@example.invalid",
@@ -60,7 +63,7 @@ class DemoRepo:
 def build_demo_repo(dest: Path, *, stale: bool = True) -> DemoRepo:
     """Write the example repository into the empty folder dest, record its pins and commit it."""
     if dest.exists() and any(dest.iterdir()):
-        raise CharpinError(f"{dest} is not empty; give the demo an empty or new folder")
+        raise UsageError(f"{dest} is not empty; give the demo an empty or new folder")
     dest.mkdir(parents=True, exist_ok=True)
     data = resources.files("charpin_coordinator") / "demo_repo"
     _copy_tree(data / "repo", dest)
@@ -88,7 +91,9 @@ def _copy_tree(source: Traversable, dest: Path) -> None:
         target.write_bytes(item.read_bytes())
 
 
-def _walk(folder: Traversable, prefix: tuple[str, ...]) -> Iterator[tuple[Traversable, tuple[str, ...]]]:
+def _walk(
+    folder: Traversable, prefix: tuple[str, ...]
+) -> Iterator[tuple[Traversable, tuple[str, ...]]]:
     for item in sorted(folder.iterdir(), key=lambda t: t.name):
         rel = (*prefix, item.name)
         if item.is_dir():
@@ -173,7 +178,9 @@ def _second_line(
     moved = [row for row in rows if any(v != row.values.get(label) for v in row.values.values())]
     fix = f"commit or discard it (git diff -- {' '.join(stale)})."
     if not moved:
-        return f"{where} every test gives the same result, but {label} did not test that commit: {fix}"
+        return (
+            f"{where} every test gives the same result, but {label} did not test that commit: {fix}"
+        )
     row = moved[0]
     theirs = next(v for box, v in row.values.items() if box != label)
     more = f" (and {len(moved) - 1} more test(s) differ)" if len(moved) > 1 else ""

@@ -9,8 +9,10 @@ planted stale fixture is caught, as it should be.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import secrets
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,8 @@ def run_demo(args: argparse.Namespace) -> int:
     parent = args.dir
     if parent is not None and not parent.is_dir():
         raise UsageError(f"--dir {parent} is not a folder; create it or leave --dir out")
-    root = Path(tempfile.mkdtemp(prefix="charpin-demo-", dir=parent))
+    _require_pytest()
+    root = Path(tempfile.mkdtemp(prefix="charpin-demo-", dir=parent)).resolve()
     try:
         demo = build_demo_repo(root / "invoice-export", stale=not args.no_stale)
         print(f"charpin-remote demo: example repository at commit {demo.commit[:12]}", flush=True)
@@ -71,12 +74,24 @@ def run_demo(args: argparse.Namespace) -> int:
         _print_explanation(explain(report, receipts), report)
         if args.keep:
             print(f"kept the example repository: {demo.path}")
+            if demo.stale:
+                discard = " ".join(demo.stale)
+                print(f"  next: cd {demo.path} && git checkout -- {discard} && charpin-remote run")
         else:
             print("(the example repository and its run folder are removed; --keep keeps them)")
         return code
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _require_pytest() -> None:
+    """Both built-in boxes run the example's tests with this interpreter, so it needs pytest."""
+    if importlib.util.find_spec("pytest") is None:
+        raise UsageError(
+            f"the demo runs the example's tests with pytest, which {sys.executable} cannot "
+            "import; install it (pip install pytest) and run the demo again"
+        )
 
 
 def _run(repo: Path, run_id: str) -> int:
@@ -96,9 +111,10 @@ def _load_run(folder: Path) -> tuple[DriftReport, list[tuple[str, Receipt]]]:
     except (OSError, msgspec.DecodeError) as exc:
         raise IntegrityError(f"the demo run left no readable {folder}/drift.json ({exc})") from exc
     receipts = []
-    for box in sorted(p for p in folder.iterdir() if (p / "receipt.json").is_file()):
-        label = msgspec.json.decode((box / "box.json").read_bytes())["label"]
-        receipts.append((str(label), read_receipt_file(box / "receipt.json")))
+    for box in sorted(p for p in folder.iterdir() if (p / "box.json").is_file()):
+        meta = msgspec.json.decode((box / "box.json").read_bytes())
+        if meta.get("status") == "evaluated":  # the report lists the others as NOT EVALUATED
+            receipts.append((str(meta["label"]), read_receipt_file(box / "receipt.json")))
     return report, receipts
 
 
@@ -109,5 +125,11 @@ def _print_explanation(lines: list[str], report: DriftReport) -> None:
         for line in lines:
             print(f"  {line}")
         return
-    boxes = ", ".join(box.label for box in report.boxes)
-    print(f"Nothing was caught: {boxes} agree on the commit, the tree and the fixtures.")
+    if report.exit_code == 0:
+        boxes = ", ".join(box.label for box in report.boxes)
+        print(f"Nothing was caught: {boxes} agree on the commit, the tree and the fixtures.")
+        return
+    bits = "; ".join(report.exit_bits)
+    print(
+        f"No stale fixture was caught; the report above explains exit {report.exit_code} ({bits})."
+    )

@@ -39,15 +39,17 @@ def scan_module(source: bytes, path: str, dotted: str) -> ModuleFacts:
         warnings.simplefilter("ignore")
         tree = ast.parse(source, filename=path)
     facts = ModuleFacts(path=path, dotted=dotted)
-    names = _Aliases.collect(tree)
+    nodes = list(ast.walk(tree))  # one walk, shared by every pass below
+    names = _Aliases.collect(nodes)
     main = _main_block(tree)
     facts.main_line = main.lineno if main is not None else None
     reads = _EnvReads(names, _string_constants(tree))
-    reads.visit(tree)
+    if b"environ" in source or b"getenv" in source:  # most modules never touch the environment
+        reads.scan(nodes)
     facts.env = {k for k, _ in reads.found if k != DYNAMIC}
     facts.dynamic_env = sum(1 for k, _ in reads.found if k == DYNAMIC)
     facts.effects = _import_time_effects(tree, main, names, reads, path)
-    facts.imports = _imports(tree)
+    facts.imports = _imports(nodes)
     return facts
 
 
@@ -64,9 +66,9 @@ class _Aliases:
         self.io: set[str] = {"io"}
 
     @classmethod
-    def collect(cls, tree: ast.AST) -> _Aliases:
+    def collect(cls, nodes: list[ast.AST]) -> _Aliases:
         names = cls()
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     local = alias.asname or alias.name
@@ -131,7 +133,7 @@ def _string_constants(tree: ast.Module) -> dict[str, str]:
     return found
 
 
-class _EnvReads(ast.NodeVisitor):
+class _EnvReads:
     """Every env read in a module, with the node that performs it."""
 
     def __init__(self, names: _Aliases, constants: dict[str, str]) -> None:
@@ -151,14 +153,26 @@ class _EnvReads(ast.NodeVisitor):
         self.found.append((self._key(key_node), at))
         self._handled.add(id(environ))
 
-    def visit_Subscript(self, node: ast.Subscript) -> None:
+    def scan(self, nodes: list[ast.AST]) -> None:
+        """Keyed reads first, so the second pass knows which `os.environ` uses are bare."""
+        for node in nodes:
+            if isinstance(node, ast.Subscript):
+                self._subscript(node)
+            elif isinstance(node, ast.Call):
+                self._call(node)
+            elif isinstance(node, ast.Compare):
+                self._compare(node)
+        for node in nodes:
+            if isinstance(node, (ast.Name, ast.Attribute)):
+                self._bare(node)
+
+    def _subscript(self, node: ast.Subscript) -> None:
         if self.names.is_environ(node.value):
             self._handled.add(id(node.value))
             if isinstance(node.ctx, ast.Load):
                 self._add(_subscript_key(node), node, node.value)
-        self.generic_visit(node)
 
-    def visit_Call(self, node: ast.Call) -> None:
+    def _call(self, node: ast.Call) -> None:
         func = node.func
         first = node.args[0] if node.args else None
         if isinstance(func, ast.Attribute) and self.names.is_environ(func.value):
@@ -169,21 +183,12 @@ class _EnvReads(ast.NodeVisitor):
                 self._add(None, node, func.value)  # copy(), items(), ...: the whole environment
         elif self.names.is_os_attr(func, "getenv", self.names.getenv):
             self.found.append((self._key(first), node))
-        self.generic_visit(node)
 
-    def visit_Compare(self, node: ast.Compare) -> None:
+    def _compare(self, node: ast.Compare) -> None:
         # `"KEY" in os.environ` reads a key too.
         for op, right in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)) and self.names.is_environ(right):
                 self._add(node.left, node, right)
-        self.generic_visit(node)
-
-    def visit_Name(self, node: ast.Name) -> None:
-        self._bare(node)
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        self._bare(node)
-        self.generic_visit(node)
 
     def _bare(self, node: ast.AST) -> None:
         # `dict(os.environ)`, `env=os.environ`: the program sees every key.
@@ -273,10 +278,10 @@ def _call_effect(node: ast.AST, names: _Aliases) -> tuple[str, str] | None:
     return None
 
 
-def _imports(tree: ast.Module) -> list[tuple[str, int]]:
+def _imports(nodes: list[ast.AST]) -> list[tuple[str, int]]:
     """Imported names as (dotted name, relative level); resolved against the repo later."""
     found: list[tuple[str, int]] = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             found.extend((alias.name, 0) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -41,21 +41,30 @@ def _flush():
 
 
 def _main():
+    # No runpy: it pulls in pkgutil, typing and re, which would double a small CLI's start-up.
     import atexit
-    import runpy
     script = sys.argv[1]
     del sys.argv[0]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     atexit.register(_flush)
+    with open(script, "rb") as handle:
+        source = handle.read()
+    module = type(sys)("__main__")
+    module.__file__ = script
+    module.__cached__ = None
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
     try:
-        runpy.run_path(script, run_name="__main__")
+        exec(compile(source, script, "exec", dont_inherit=True), module.__dict__)
     except SystemExit:
         raise
     except BaseException:
         etype, value, tb = sys.exc_info()
-        # Drop the bootstrap and runpy frames so the traceback starts in the target.
+        # Drop the bootstrap's own frame so the traceback starts in the target.
         while tb is not None and tb.tb_frame.f_code.co_filename != script:
             tb = tb.tb_next
+        if value is not None:
+            value = value.with_traceback(tb)
         sys.excepthook(etype, value, tb)
         sys.exit(1)
 

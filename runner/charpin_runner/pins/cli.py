@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from charpin_runner import config as charpin_config
-from charpin_runner.errors import EXIT_CLEAN, EXIT_DRIFT, CharpinError, UsageError
+from charpin_runner.errors import (
+    EXIT_CLEAN,
+    EXIT_DRIFT,
+    CharpinError,
+    ConfigError,
+    UsageError,
+)
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.execute import Session
@@ -27,6 +33,7 @@ from charpin_runner.pins.record import Recorded, changes, record_case
 from charpin_runner.pins.replay import Outcome, jobs_for, replay, write_actual
 from charpin_runner.pins.store import (
     PinSet,
+    check_rel,
     load_pins,
     require_pins,
     save_golden,
@@ -111,8 +118,7 @@ def _check(args: argparse.Namespace) -> int:
         pins = [p for p in pins if p.case.id in set(args.ids)]
     if not pins:
         raise UsageError(f"{config.file} holds no pins; record some with `charpin pins record`")
-    actual_root = repo / config.actual_dir
-    shutil.rmtree(actual_root, ignore_errors=True)
+    actual_root = _actual_root(repo, config)
     with Session(repo, config) as session:
         outcomes = replay(session, pins, jobs_for(config, args.jobs))
     failed = [o for o in outcomes if o.classes]
@@ -124,6 +130,30 @@ def _check(args: argparse.Namespace) -> int:
     if args.prove:
         status |= _prove(outcomes, pins)
     return status
+
+
+_MARKER = ".charpin-pins-actual"
+
+
+def _actual_root(repo: Path, config: PinsConfig) -> Path:
+    """The folder for failing pins' outputs, emptied first; refuse to empty anything else."""
+    rel = Path(config.actual_dir)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.parts[0] in (".", ""):
+        raise ConfigError(
+            f"[tool.charpin.pins] actual_dir {config.actual_dir!r} must be a relative folder "
+            "inside the repository, e.g. '.charpin/pins-actual'"
+        )
+    root = repo / rel
+    if root.exists():
+        if not (root / _MARKER).is_file() and any(root.iterdir()):
+            raise ConfigError(
+                f"{config.actual_dir} exists and was not made by charpin; "
+                "remove it or point [tool.charpin.pins] actual_dir elsewhere"
+            )
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    (root / _MARKER).write_text("made by charpin pins check; emptied on every run\n")
+    return root
 
 
 def _prove(outcomes: list[Outcome], pins: list[Pin]) -> int:
@@ -186,13 +216,19 @@ def _new_case(args: argparse.Namespace, config: PinsConfig) -> Optional[Case]:
             stdin = Path(args.stdin).read_bytes()
         except OSError as exc:
             raise UsageError(f"cannot read --stdin {args.stdin}: {exc.strerror}") from None
+    try:
+        cwd_rel = check_rel(args.cwd_rel, "--cwd-rel")
+        fixtures = None if args.fixtures is None else check_rel(args.fixtures, "--fixtures")
+        pin_id = check_id(args.pin_id, "--id")
+    except CharpinError as exc:
+        raise UsageError(str(exc)) from None
     return Case(
-        id=check_id(args.pin_id, "--id"),
+        id=pin_id,
         argv=tuple(args.command),
         env=_parse_env(args.env),
         stdin=stdin,
-        cwd_rel=args.cwd_rel,
-        fixtures=args.fixtures,
+        cwd_rel=cwd_rel,
+        fixtures=fixtures,
         origin=config.file,
     )
 

@@ -70,9 +70,7 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def command(
-        self, case: Case, side_file: Path, prefix: Optional[list[str]] = None
-    ) -> tuple[list[str], bool]:
+    def command(self, case: Case, prefix: Optional[list[str]] = None) -> tuple[list[str], bool]:
         """The argv to start, and whether env reads are recorded (Python targets only)."""
         target = case.argv[0]
         if target.endswith(".py"):
@@ -188,7 +186,7 @@ def _run_in(
     cwd.mkdir(parents=True, exist_ok=True)
     out_dir = work / config.output
     side = sandbox / "env-reads"
-    argv, records_env = session.command(case, side, prefix)
+    argv, records_env = session.command(case, prefix)
     env = session.base_env(sandbox)
     env.update(case.env)
     if perturbation is not None:

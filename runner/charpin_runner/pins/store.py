@@ -113,7 +113,7 @@ def _observation(raw: Any, where: str) -> Observation:
     )
 
 
-def _check_rel(rel: str, where: str) -> str:
+def check_rel(rel: str, where: str) -> str:
     parts = Path(rel).parts
     if Path(rel).is_absolute() or ".." in parts:
         raise IntegrityError(
@@ -134,8 +134,8 @@ def parse_line(text: str, where: str) -> Pin:
         argv=tuple(line.argv),
         env=dict(line.env),
         stdin=_bytes(line.stdin, where),
-        cwd_rel=_check_rel(line.cwd_rel, where),
-        fixtures=None if line.fixtures is None else _check_rel(line.fixtures, where),
+        cwd_rel=check_rel(line.cwd_rel, where),
+        fixtures=None if line.fixtures is None else check_rel(line.fixtures, where),
         origin=where,
     )
     if not case.argv:
@@ -261,11 +261,11 @@ def require_pins(pins: PinSet, config: PinsConfig) -> None:
 
 
 def pin_line(pin: Pin) -> str:
-    """One pins.jsonl line (sorted keys, UTF-8, no trailing newline)."""
+    """One pins.jsonl line (fields in the documented order, UTF-8, no trailing newline)."""
     data = case_to_json(pin.case)
     if pin.golden is not None:
         data.update(observation_to_json(pin.golden))
-    return json.dumps(data, sort_keys=True, ensure_ascii=False)
+    return json.dumps(data, ensure_ascii=False)
 
 
 def save_jsonl(path: Path, pins: list[Pin]) -> None:
