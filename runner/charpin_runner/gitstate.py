@@ -1,9 +1,11 @@
 """Read a work tree's git state (HEAD, tree, dirty paths, digests). Runs on boxes; stdlib only.
 
 The parent process calls this before and after the test command, so a test that rewrites
-`.git/HEAD` or edits tracked files shows up as a difference. git runs with options that keep
-repository-controlled configuration from executing code (no fsmonitor, external diff or
-textconv) and with GIT_OPTIONAL_LOCKS=0 so that reading never rewrites the index.
+`.git/HEAD` or edits tracked files shows up as a difference. A test can also write `.git/config`,
+so git runs with options that keep repository configuration from executing code in the parent
+while it measures: no fsmonitor hook, external diff or textconv, the clean/smudge filters defined
+in the repository's own config switched off, and submodule work trees not entered. With
+GIT_OPTIONAL_LOCKS=0 reading never rewrites the index.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ _GIT_REDIRECTS = (
     "GIT_DIFF_OPTS",
 )
 _SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", "core.quotepath=false", "-c", "diff.external=")
+# Dirty submodule work trees are not entered: their own config is out of our reach.
+_NO_SUBMODULES = "--ignore-submodules=dirty"
 UNRESOLVED = "unresolved"
 
 
@@ -61,7 +65,10 @@ def read_state(repo: Path) -> GitState:
     """Measure the git state of repo now. A HEAD that cannot be resolved reads `unresolved`."""
     head = _rev(repo, "HEAD")
     tree = _rev(repo, "HEAD^{tree}")
-    raw = _git(repo, "status", "--porcelain=v2", "-z", "--untracked-files=all").stdout
+    safe = _filter_overrides(repo)
+    raw = _git(
+        repo, *safe, "status", "--porcelain=v2", "-z", "--untracked-files=all", _NO_SUBMODULES
+    ).stdout
     entries = parse_porcelain(raw)
     status: dict[str, str] = {}
     for code, path in entries:
@@ -75,7 +82,7 @@ def read_state(repo: Path) -> GitState:
         head=head,
         tree=tree,
         dirty=[printable(p) for p in paths],
-        digest=_dirty_digest(repo, untracked) if paths else _EMPTY_DIGEST,
+        digest=_dirty_digest(repo, untracked, safe) if paths else _EMPTY_DIGEST,
         contents=contents,
     )
 
@@ -123,16 +130,18 @@ def parse_porcelain(raw: bytes) -> list[tuple[str, str]]:
 _EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
 
 
-def _dirty_digest(repo: Path, untracked: Sequence[tuple[str, str]]) -> str:
+def _dirty_digest(repo: Path, untracked: Sequence[tuple[str, str]], safe: Sequence[str]) -> str:
     """sha256 over `git diff --binary HEAD`, then `path NUL sha256 NUL` per untracked file."""
     digest = hashlib.sha256()
     diff = _git(
         repo,
+        *safe,
         "diff",
         "--binary",
         "--no-ext-diff",
         "--no-textconv",
         "--no-color",
+        _NO_SUBMODULES,
         "HEAD",
         "--",
         ".",
@@ -166,10 +175,31 @@ def _rev(repo: Path, rev: str) -> str:
     return text if result.returncode == 0 and text else UNRESOLVED
 
 
-def _git(
-    repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    clean = {k: v for k, v in (env or os.environ).items() if k not in _GIT_REDIRECTS}
+def _filter_overrides(repo: Path) -> tuple[str, ...]:
+    """`-c` options that switch off every filter driver the repository's own config defines.
+
+    Reading config runs nothing. Filters from the user's global config (git-lfs) keep working.
+    """
+    listed = _git(repo, "config", "--local", "--null", "--get-regexp", r"^filter\.", check=False)
+    names = set()
+    for item in listed.stdout.split(b"\0"):
+        key = os.fsdecode(item.split(b"\n", 1)[0])
+        if key.count(".") >= 2:
+            names.add(key[len("filter.") :].rsplit(".", 1)[0])
+    overrides: list[str] = []
+    for name in sorted(names):
+        if "=" in name or "\n" in name:
+            raise RunError(
+                f"refusing to read {repo}: its git config defines a filter named {name!r}; "
+                "remove that [filter] section from .git/config"
+            )
+        for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
+            overrides += ["-c", f"filter.{name}.{key}={value}"]
+    return tuple(overrides)
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    clean = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
     clean["GIT_OPTIONAL_LOCKS"] = "0"
     try:
         result = subprocess.run(
@@ -182,8 +212,9 @@ def _git(
         raise RunError(f"cannot run git ({exc}); install git on this box") from exc
     if check and result.returncode != 0:
         message = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        verb = next((a for a in args if not a.startswith("-") and "=" not in a), "")
         raise RunError(
-            f"git {args[0]} failed in {repo}: {message[-1] if message else 'no message'}; "
+            f"git {verb} failed in {repo}: {message[-1] if message else 'no message'}; "
             "check the repository is readable"
         )
     return result

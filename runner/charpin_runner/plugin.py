@@ -27,6 +27,8 @@ from charpin_runner.ledger import Ledger, Resolution, load_ledger, resolve
 _PROBE_KEY = pytest.StashKey["Probe"]()
 _WORKER_KEY = "charpin"
 _PHASES = ("setup", "call", "teardown")
+# One encoder for the whole run: json.dumps(separators=...) builds a new one per call.
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _new_style_wrappers() -> bool:
@@ -235,7 +237,7 @@ class Probe:
 
     def _emit(self, record: dict[str, Any]) -> None:
         if self.out is not None:
-            self.out.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self.out.write(_ENCODE(record) + "\n")
 
     def _id(self, nodeid: str) -> str:
         return self.prefix + nodeid

@@ -32,7 +32,10 @@ PinStatus = Literal["passed", "failed", "error"]
 
 @dataclass(frozen=True)
 class Identity:
-    """Commit and tree hash, read by the parent process before and after the run."""
+    """Commit and tree hash, read by the parent process before and after the run.
+
+    A value git could not resolve (a test broke .git) is the string "unresolved".
+    """
 
     head_before: str
     head_after: str
@@ -45,7 +48,11 @@ class Identity:
 
 @dataclass(frozen=True)
 class Tree:
-    """Working-tree state: dirty paths and content digests before and after the run."""
+    """Working-tree state: dirty paths and content digests before and after the run.
+
+    The digest is sha256 over `git diff --binary HEAD` plus (path, sha256) of each untracked
+    file; "unresolved" when git could not answer. `.charpin/` is never counted.
+    """
 
     dirty_before: list[str]
     dirty_after: list[str]
@@ -151,7 +158,10 @@ class Pins:
 
 @dataclass(frozen=True)
 class Exit:
-    """The test command's status as the parent measured it, and what it means."""
+    """The test command's status as the parent measured it, and what it means.
+
+    status is the process return code: a negative number means killed by that signal.
+    """
 
     status: int
     interpretation: Interpretation
@@ -161,7 +171,10 @@ class Exit:
 
 @dataclass(frozen=True)
 class Environment:
-    """Allow-listed facts about the box. Informational: explains drift, never gates."""
+    """Allow-listed facts about the box. Informational: explains drift, never gates.
+
+    conftest_sha256 values are hex digests, or "missing" / "outside-repository".
+    """
 
     python: str
     implementation: str
@@ -181,7 +194,11 @@ class Environment:
 
 @dataclass(frozen=True)
 class Receipt:
-    """One box, one run. Outcomes are as reported by the test process; the rest is measured."""
+    """One box, one run. Outcomes are as reported by the test process; the rest is measured.
+
+    command is the test argv with `{probe}` and `{repo}` standing for the per-run paths, so the
+    commands of two boxes compare equal.
+    """
 
     schema_version: int
     run_id: str

@@ -119,9 +119,10 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         raise UsageError(f"{repo} has no commit checked out (HEAD does not resolve); commit first")
     fx_before = fixtures.snapshot(repo, roots)
     run = _run_tests(request, ledger, stop)
-    # Everything below is measured after the whole process group is gone.
-    git_after, reasons = _state_after(repo)
+    # Everything below is measured after the whole process group is gone; fixtures first,
+    # before git (the one other program we run) gets a chance to do anything.
     fx_after = fixtures.snapshot(repo, roots)
+    git_after, reasons = _state_after(repo)
     # An interrupted run winds down: the receipt is written, pins are not replayed.
     pins, pin_reasons = _replay_pins(request, skip=stop.requested)
     reasons += pin_reasons

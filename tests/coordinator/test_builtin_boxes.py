@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
+import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
-
 from charpin_coordinator.cli import main
 from charpin_coordinator.config import load_config
 from charpin_coordinator.remote import snapshot
 from charpin_coordinator.remote.boxrun import BoxTarget, RunPlan, run_box
 from charpin_coordinator.remote.bundle import runner_bundle
 from charpin_coordinator.remote.transport import LocalTransport
+
 from tests.conftest import git
 
 RUNNER_PATH = str(Path(__file__).resolve().parents[2] / "runner")
@@ -30,8 +32,21 @@ def _runner_importable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _run(repo: Path, *extra: str) -> tuple[int, dict[str, object], Path]:
     out = repo.parent / "runs"
-    code = main(["run", "--repo", str(repo), "--out", str(out), "--json", "--run-id", "r1",
-                 "--timeout", "120", *extra])
+    code = main(
+        [
+            "run",
+            "--repo",
+            str(repo),
+            "--out",
+            str(out),
+            "--json",
+            "--run-id",
+            "r1",
+            "--timeout",
+            "120",
+            *extra,
+        ]
+    )
     folder = out / "r1"
     return code, json.loads((folder / "drift.json").read_text()), folder
 
@@ -59,7 +74,11 @@ def test_local_and_clean_catch_an_uncommitted_stale_fixture(
     assert rows["tests/test_rates.py::test_vat"] == {"local": "failed", "clean": "passed"}
     for box in ("local", "clean"):
         assert {p.name for p in (folder / box).iterdir()} == {
-            "receipt.json", "stdout.log", "stderr.log", "box.json"}
+            "receipt.json",
+            "stdout.log",
+            "stderr.log",
+            "box.json",
+        }
     clean = json.loads((folder / "clean" / "box.json").read_text())
     assert clean["bytes_sent"] > len(runner_bundle().data)  # it went through the shipping code
     assert json.loads(capsys.readouterr().out)["exit_code"] == code
@@ -73,18 +92,17 @@ def test_garbage_receipt_is_refused_while_the_other_box_reports(
         "#!/bin/sh\n"
         'case "$1" in *.pyz)\n'
         '  prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
-        "  printf '{\"schema_version\": 1, \"run_id\": 7}' > \"$out\"; exit 0;;\n"
+        '  printf \'{"schema_version": 1, "run_id": 7}\' > "$out"; exit 0;;\n'
         "esac\n"
         f'exec {sys.executable} "$@"\n'
     )
     liar.chmod(0o755)
-    (git_repo / "pyproject.toml").write_text(
-        f'[tool.charpin.hosts.clean]\npython = "{liar}"\n')
+    (git_repo / "pyproject.toml").write_text(f'[tool.charpin.hosts.clean]\npython = "{liar}"\n')
     git(git_repo, "add", "-A")
     git(git_repo, "commit", "-qm", "liar")
     code, report, folder = _run(git_repo)
     assert code & 8 and code & 4
-    (missing,) = report["not_evaluated"]  # type: ignore[misc]
+    missing: dict[str, str] = report["not_evaluated"][0]  # type: ignore[index]
     assert missing["label"] == "clean" and missing["kind"] == "receipt-refused"
     assert [b["label"] for b in report["boxes"]] == ["local"]  # type: ignore[attr-defined]
     assert (folder / "clean" / "receipt.json").read_bytes().startswith(b'{"schema_version"')
@@ -93,11 +111,12 @@ def test_garbage_receipt_is_refused_while_the_other_box_reports(
 @pytest.mark.slow
 def test_failing_setup_is_not_evaluated_with_its_output(git_repo: Path) -> None:
     (git_repo / "pyproject.toml").write_text(
-        '[tool.charpin]\nsetup = ["echo resolver exploded >&2; exit 3"]\n')
+        '[tool.charpin]\nsetup = ["echo resolver exploded >&2; exit 3"]\n'
+    )
     git(git_repo, "add", "-A")
     git(git_repo, "commit", "-qm", "setup")
     code, report, _ = _run(git_repo, "--hosts", "clean")
-    (missing,) = report["not_evaluated"]  # type: ignore[misc]
+    missing: dict[str, str] = report["not_evaluated"][0]  # type: ignore[index]
     assert missing["kind"] == "setup-failed" and "resolver exploded" in missing["reason"]
     assert code & 4
 
@@ -106,19 +125,33 @@ def test_failing_setup_is_not_evaluated_with_its_output(git_repo: Path) -> None:
 def test_venv_is_cached_by_dependency_files(git_repo: Path, tmp_path: Path) -> None:
     count = tmp_path / "setup-ran"
     # Give the fresh venv this interpreter's pytest through a .pth file: no network needed.
-    pth = ("import site; open(site.getsitepackages()[0] + '/outer.pth', 'w')"
-           f".write({site.getsitepackages()[0]!r})")
-    setup = [f"echo ran >> {count}", f"python -c \"{pth}\""]
+    pth = (
+        "import site; open(site.getsitepackages()[0] + '/outer.pth', 'w')"
+        f".write({site.getsitepackages()[0]!r})"
+    )
+    setup = [f"echo ran >> {count}", f'python -c "{pth}"']
     snap = snapshot.resolve(git_repo, "HEAD")
     table = load_config(git_repo, rev=snap.commit).table
     root = tmp_path / "box"
     root.mkdir()
 
     def once(run_id: str) -> None:
-        plan = RunPlan(run_id=run_id, snap=snap, config_table=table, setup=setup, timeout=120,
-                       keep=False, runner=runner_bundle(), repo_key="k")
-        target = BoxTarget(label="b", folder="b", python=sys.executable,
-                           connect=lambda: LocalTransport("b", root, base_env=dict(os.environ)))
+        plan = RunPlan(
+            run_id=run_id,
+            snap=snap,
+            config_table=table,
+            setup=setup,
+            timeout=120,
+            keep=False,
+            runner=runner_bundle(),
+            repo_key="k",
+        )
+        target = BoxTarget(
+            label="b",
+            folder="b",
+            python=sys.executable,
+            connect=lambda: LocalTransport("b", root, base_env=dict(os.environ)),
+        )
         outcome = run_box(target, plan, lambda _b, _p: None, threading.Event())
         assert outcome.not_evaluated is None, outcome.not_evaluated
         assert outcome.receipt is not None and outcome.receipt.exit.interpretation == "ok"
@@ -142,7 +175,10 @@ def test_venv_is_cached_by_dependency_files(git_repo: Path, tmp_path: Path) -> N
     ],
 )
 def test_bad_values_are_one_line_and_exit_64(
-    git_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+    git_repo: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
     needle: str,
 ) -> None:
     empty = tmp_path / "ssh_config"
@@ -152,3 +188,62 @@ def test_bad_values_are_one_line_and_exit_64(
     assert code == 64
     assert needle in err and len(err.splitlines()) == 1
     assert not (git_repo / ".charpin").exists()
+
+
+def test_box_reporting_another_tree_is_a_snapshot_integrity_failure(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "git").write_text(
+        "#!/bin/sh\n"
+        'for a; do [ "$a" = "HEAD^{tree}" ] && { echo 0000000000000000000000000000000000000000;'
+        " exit 0; }; done\n"
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    (fake / "git").chmod(0o755)
+    snap = snapshot.resolve(git_repo, "HEAD")
+    plan = RunPlan(
+        run_id="r",
+        snap=snap,
+        config_table={},
+        setup=[],
+        timeout=60,
+        keep=False,
+        runner=runner_bundle(),
+        repo_key="k",
+    )
+    root = tmp_path / "box"
+    root.mkdir()
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    target = BoxTarget(
+        label="liar",
+        folder="liar",
+        python=sys.executable,
+        connect=lambda: LocalTransport("liar", root, base_env=env),
+    )
+    outcome = run_box(target, plan, lambda _b, _p: None, threading.Event())
+    assert outcome.not_evaluated is not None
+    assert outcome.not_evaluated.kind == "snapshot-integrity"
+    assert snap.tree in outcome.not_evaluated.reason
+    assert not list((root / ".cache/charpin/runs").iterdir())
+
+
+def test_box_python_without_pytest_and_no_setup_names_the_fix(git_repo: Path) -> None:
+    bare = "/usr/bin/python3"
+    if (
+        not Path(bare).exists()
+        or subprocess.run(
+            [bare, "-c", "import pytest"], capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
+        pytest.skip(f"needs a {bare} without pytest")
+    (git_repo / "pyproject.toml").write_text(f'[tool.charpin.hosts.clean]\npython = "{bare}"\n')
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-qm", "bare python")
+    code, report, _ = _run(git_repo, "--hosts", "local,clean")
+    missing: dict[str, str] = report["not_evaluated"][0]  # type: ignore[index]
+    assert missing["kind"] == "setup-failed"
+    assert 'setup = ["pip install pytest"]' in missing["reason"]
+    assert code & 4

@@ -54,8 +54,13 @@ def test_runs_receipt_help_under_isolated_python(tmp_path: Path, python: str) ->
         pytest.skip(f"{python} not installed")
     pyz = tmp_path / "runner.pyz"
     pyz.write_bytes(bundle.runner_bundle().data)
-    done = subprocess.run([python, "-I", "-S", str(pyz), "receipt", "--help"],
-                          check=False, capture_output=True, text=True, timeout=60,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [python, "-I", "-S", str(pyz), "receipt", "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "--expected-commit" in done.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,11 @@ def test_unknown_baseline_and_missing_file_are_usage_or_integrity_errors(tmp_pat
     assert main(["compare"]) == 64
 
 
+def _env() -> dict[str, str]:
+    root = Path(__file__).parents[2]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(root / p) for p in ("runner", "coordinator"))}
+
+
 def test_color_output_on_request_and_plain_when_piped(tmp_path):
     a, b = write(tmp_path, make_receipt("a")), write(tmp_path, make_receipt("b"))
     piped = subprocess.run(
@@ -92,6 +98,7 @@ def test_color_output_on_request_and_plain_when_piped(tmp_path):
         capture_output=True,
         text=True,
         check=False,
+        env=_env(),
     )
     assert piped.returncode == 0
     assert "\x1b[" not in piped.stdout
@@ -110,6 +117,7 @@ def test_color_output_on_request_and_plain_when_piped(tmp_path):
         capture_output=True,
         text=True,
         check=False,
+        env=_env(),
     )
     assert "\x1b[" in colored.stdout
     assert "┏" in colored.stdout

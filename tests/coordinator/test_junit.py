@@ -5,30 +5,59 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from charpin_coordinator.remote.junit import to_junit
-from charpin_coordinator.report import DriftReport, GateResult, NotEvaluated
-from charpin_coordinator.report import BoxSummary
+from charpin_coordinator.report import BoxSummary, DriftReport, GateResult, NotEvaluated
 
 
 def _box(label: str) -> BoxSummary:
-    return BoxSummary(label=label, run_id="r", commit="c" * 40, interpretation="ok",
-                      exit_status=0, collected=1, executed=1, counts={"passed": 1}, group=0,
-                      python="3.11", platform="linux")
+    return BoxSummary(
+        label=label,
+        run_id="r",
+        commit="c" * 40,
+        interpretation="ok",
+        exit_status=0,
+        collected=1,
+        executed=1,
+        counts={"passed": 1},
+        group=0,
+        python="3.11",
+        platform="linux",
+    )
 
 
 def _report() -> DriftReport:
     weird = "we ird'$;<box>&"
     gates = [
         GateResult(gate="Identity", box="ci", status="PASS", detail="ok", action=""),
-        GateResult(gate="Fixture integrity", box="ci", status="FAIL",
-                   detail="changed: tests/fixtures/a.json \x00<&>", action="restore it"),
-        GateResult(gate="Completeness", box=weird, status="INCOMPLETE",
-                   detail="no session finish", action="look at stderr"),
+        GateResult(
+            gate="Fixture integrity",
+            box="ci",
+            status="FAIL",
+            detail="changed: tests/fixtures/a.json \x00<&>",
+            action="restore it",
+        ),
+        GateResult(
+            gate="Completeness",
+            box=weird,
+            status="INCOMPLETE",
+            detail="no session finish",
+            action="look at stderr",
+        ),
     ]
-    return DriftReport(baseline="ci", expected_commit="c" * 40, boxes=[_box("ci"), _box(weird)],
-                       not_evaluated=[NotEvaluated(label="down", kind="refused",
-                                                   reason="down: connection refused")],
-                       groups=[["ci"], [weird]], dimensions=[], gates=gates, vacuous=False,
-                       vacuous_reasons=[], exit_code=6, exit_bits=[])
+    return DriftReport(
+        baseline="ci",
+        expected_commit="c" * 40,
+        boxes=[_box("ci"), _box(weird)],
+        not_evaluated=[
+            NotEvaluated(label="down", kind="refused", reason="down: connection refused")
+        ],
+        groups=[["ci"], [weird]],
+        dimensions=[],
+        gates=gates,
+        vacuous=False,
+        vacuous_reasons=[],
+        exit_code=6,
+        exit_bits=[],
+    )
 
 
 def test_every_box_is_a_suite_and_every_gate_a_case() -> None:

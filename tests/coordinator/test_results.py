@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from charpin_runner.errors import UsageError
-
 from charpin_coordinator.remote import results
 from charpin_coordinator.remote.boxrun import BoxOutcome
 from charpin_coordinator.report import NotEvaluated
+from charpin_runner.errors import UsageError
 
 _FILES = results.ReportFiles(drift_json=b"{}\n", drift_md=b"# drift\n")
 
@@ -22,20 +21,39 @@ def test_folder_names_are_safe_distinct_and_keep_plain_names() -> None:
     assert len(set(folders.values())) == len(labels)
     for name in folders.values():
         assert name[0].isalnum() and set(name) <= set(
-            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+        )
         assert len(name) <= 64 and ".." not in name.split("/")
 
 
 def test_layout_and_alias_kept_in_json(tmp_path: Path) -> None:
-    ok = BoxOutcome(label="we ird'$;box", folder="we_ird_box-1", raw_receipt=b'{"r": 1}',
-                    stdout=b"out", stderr=b"err", sent=10)
-    bad = BoxOutcome(label="down", folder="down", not_evaluated=NotEvaluated(
-        label="down", kind="refused", reason="down: refused"))
+    ok = BoxOutcome(
+        label="we ird'$;box",
+        folder="we_ird_box-1",
+        raw_receipt=b'{"r": 1}',
+        stdout=b"out",
+        stderr=b"err",
+        sent=10,
+    )
+    bad = BoxOutcome(
+        label="down",
+        folder="down",
+        not_evaluated=NotEvaluated(label="down", kind="refused", reason="down: refused"),
+    )
     folder = results.write_run(tmp_path / "runs", "run-1", [ok, bad], _FILES)
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == [
-        "down", "down/box.json", "down/stderr.log", "down/stdout.log", "drift.json",
-        "drift.md", "we_ird_box-1", "we_ird_box-1/box.json", "we_ird_box-1/receipt.json",
-        "we_ird_box-1/stderr.log", "we_ird_box-1/stdout.log"]
+        "down",
+        "down/box.json",
+        "down/stderr.log",
+        "down/stdout.log",
+        "drift.json",
+        "drift.md",
+        "we_ird_box-1",
+        "we_ird_box-1/box.json",
+        "we_ird_box-1/receipt.json",
+        "we_ird_box-1/stderr.log",
+        "we_ird_box-1/stdout.log",
+    ]
     meta = json.loads((folder / "we_ird_box-1" / "box.json").read_text())
     assert meta["label"] == "we ird'$;box" and meta["bytes_sent"] == 10
     assert json.loads((folder / "down" / "box.json").read_text())["kind"] == "refused"

@@ -26,8 +26,15 @@ def _ship(box: LocalTransport, snap: snapshot.Snapshot, dest: str) -> int:
         bundle = snapshot.build_bundle(snap, haves)
         path, sha = f"{box.home()}/snap.bundle", bundle.sha256
         box.put(bundle.data, path)
-    got = snapshot.install(box, PY, cache_repo=cache, bundle_path=path, bundle_sha256=sha,
-                           commit=snap.commit, dest=dest)
+    got = snapshot.install(
+        box,
+        PY,
+        cache_repo=cache,
+        bundle_path=path,
+        bundle_sha256=sha,
+        commit=snap.commit,
+        dest=dest,
+    )
     snapshot.check_identity(snap, got, box.name)
     return box.stats.sent - sent_before
 
@@ -78,9 +85,15 @@ def test_tampered_bundle_is_refused_on_the_box(tmp_path: Path) -> None:
     path = str(box.root / "snap.bundle")
     box.put(bundle.data[:-1] + bytes([bundle.data[-1] ^ 1]), path)
     with pytest.raises(IntegrityError, match="does not match"):
-        snapshot.install(box, PY, cache_repo=str(box.root / "c.git"), bundle_path=path,
-                         bundle_sha256=bundle.sha256, commit=snap.commit,
-                         dest=str(box.root / "src"))
+        snapshot.install(
+            box,
+            PY,
+            cache_repo=str(box.root / "c.git"),
+            bundle_path=path,
+            bundle_sha256=bundle.sha256,
+            commit=snap.commit,
+            dest=str(box.root / "src"),
+        )
     assert not (box.root / "src").exists()
 
 

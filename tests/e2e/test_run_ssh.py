@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from charpin_coordinator.cli import main
+
 from tests.conftest import git, make_repo
 from tests.sshd import SshBox, SshdFactory
 
@@ -34,13 +34,19 @@ def _runner_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "runner"))
 
 
-def _repo(root: Path, boxes: list[SshBox], files: dict[str, str] | None = None,
-          extra_toml: str = "") -> Path:
+def _repo(
+    root: Path, boxes: list[SshBox], files: dict[str, str] | None = None, extra_toml: str = ""
+) -> Path:
     """A repository whose boxes use this interpreter (it has pytest) as their python."""
-    hosts = "".join(f'[tool.charpin.hosts.{json.dumps(b.alias)}]\npython = "{sys.executable}"\n'
-                    for b in boxes)
-    content = {"tests/__init__.py": "", "tests/test_tz.py": TZ_TEST,
-               "pyproject.toml": extra_toml + hosts, **(files or {})}
+    hosts = "".join(
+        f'[tool.charpin.hosts.{json.dumps(b.alias)}]\npython = "{sys.executable}"\n' for b in boxes
+    )
+    content = {
+        "tests/__init__.py": "",
+        "tests/test_tz.py": TZ_TEST,
+        "pyproject.toml": extra_toml + hosts,
+        **(files or {}),
+    }
     return make_repo(root, content)
 
 
@@ -50,11 +56,29 @@ def _ssh_config(tmp_path: Path, boxes: list[SshBox], extra: str = "") -> Path:
     return path
 
 
-def _run(repo: Path, config: Path, hosts: str, *extra: str, run_id: str = "r1"
-         ) -> tuple[int, dict[str, object], Path]:
+def _run(
+    repo: Path, config: Path, hosts: str, *extra: str, run_id: str = "r1"
+) -> tuple[int, dict[str, object], Path]:
     out = repo.parent / "runs"
-    code = main(["run", "--repo", str(repo), "--ssh-config", str(config), "--hosts", hosts,
-                 "--out", str(out), "--run-id", run_id, "--json", "--timeout", "120", *extra])
+    code = main(
+        [
+            "run",
+            "--repo",
+            str(repo),
+            "--ssh-config",
+            str(config),
+            "--hosts",
+            hosts,
+            "--out",
+            str(out),
+            "--run-id",
+            run_id,
+            "--json",
+            "--timeout",
+            "120",
+            *extra,
+        ]
+    )
     folder = out / run_id
     return code, json.loads((folder / "drift.json").read_text()), folder
 
@@ -78,8 +102,9 @@ def test_tz_dependent_test_fails_on_the_tokyo_box_only(
     assert code & 1 and code & 2 and not code & 4
     outcomes = {d["name"]: d for d in report["dimensions"]}["outcomes"]  # type: ignore[attr-defined]
     rows = {r["item"]: r["values"] for r in outcomes["matrix"]}
-    assert rows == {"tests/test_tz.py::test_epoch_is_midnight": {"utc": "passed",
-                                                                 "tokyo": "failed"}}
+    assert rows == {
+        "tests/test_tz.py::test_epoch_is_midnight": {"utc": "passed", "tokyo": "failed"}
+    }
     receipt = json.loads((folder / "tokyo" / "receipt.json").read_text())
     assert receipt["environment"]["host_key_fingerprint"] == tokyo.fingerprint
     assert not _left_on_box(utc) and not _left_on_box(tokyo)
@@ -99,8 +124,24 @@ def test_pin_reading_the_system_zone_drifts_on_the_box_with_another_localtime(
     away = sshd_factory(name="away", alias="away", localtime="Asia/Tokyo")
     repo = _repo(tmp_path / "repo", [home, away], {"report_zone.py": ZONE_PIN})
     recorded = subprocess.run(
-        [sys.executable, "-m", "charpin_runner", "pins", "record", "--repo", str(repo), "--id",
-         "zone", "--", "report_zone.py"], capture_output=True, text=True, timeout=120, check=False)
+        [
+            sys.executable,
+            "-m",
+            "charpin_runner",
+            "pins",
+            "record",
+            "--repo",
+            str(repo),
+            "--id",
+            "zone",
+            "--",
+            "report_zone.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert recorded.returncode == 0, recorded.stderr
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "pin")
@@ -170,8 +211,10 @@ def test_second_run_after_one_file_commit_sends_a_small_fraction(
     sshd_factory: SshdFactory, tmp_path: Path
 ) -> None:
     box = sshd_factory(name="inc", alias="inc")
-    big = {f"pkg/m{i}.py": "".join(f"# {i}-{j}-{os.urandom(16).hex()}\n" for j in range(150))
-           for i in range(40)}
+    big = {
+        f"pkg/m{i}.py": "".join(f"# {i}-{j}-{os.urandom(16).hex()}\n" for j in range(150))
+        for i in range(40)
+    }
     repo = _repo(tmp_path / "repo", [box], big)
     config = _ssh_config(tmp_path, [box])
     _run(repo, config, "inc", run_id="one")
@@ -192,8 +235,7 @@ def test_test_hanging_past_the_deadline_is_timed_out_and_leaves_nothing(
     hang = "import time\ndef test_hang():\n    time.sleep(600)\n"
     repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
     started = time.monotonic()
-    code, report, folder = _run(repo, _ssh_config(tmp_path, [box]), "slow,local",
-                                "--timeout", "6")
+    code, _report, folder = _run(repo, _ssh_config(tmp_path, [box]), "slow,local", "--timeout", "6")
     assert time.monotonic() - started < 100
     receipt = json.loads((folder / "slow" / "receipt.json").read_text())
     assert receipt["exit"]["interpretation"] == "timed-out"
@@ -204,8 +246,10 @@ def test_test_hanging_past_the_deadline_is_timed_out_and_leaves_nothing(
 
 def test_sshd_killed_mid_run_is_not_evaluated(sshd_factory: SshdFactory, tmp_path: Path) -> None:
     box = sshd_factory(name="doomed", alias="doomed")
-    hang = ("import os, time\ndef test_hang():\n"
-            "    if os.environ.get('CHARPIN_TEST_SSHD_BOX'):\n        time.sleep(600)\n")
+    hang = (
+        "import os, time\ndef test_hang():\n"
+        "    if os.environ.get('CHARPIN_TEST_SSHD_BOX'):\n        time.sleep(600)\n"
+    )
     repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
     proc = _spawn(repo, _ssh_config(tmp_path, [box]), "doomed,local")
     try:
@@ -249,10 +293,29 @@ def test_sigint_mid_run_cleans_the_box_and_writes_a_partial_report(
 def _spawn(repo: Path, config: Path, hosts: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'runner'}{os.pathsep}{ROOT / 'coordinator'}")
     return subprocess.Popen(
-        [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo), "--ssh-config",
-         str(config), "--hosts", hosts, "--out", str(repo.parent / "runs"), "--run-id", "sig",
-         "--json", "--timeout", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        [
+            sys.executable,
+            "-m",
+            "charpin_coordinator",
+            "run",
+            "--repo",
+            str(repo),
+            "--ssh-config",
+            str(config),
+            "--hosts",
+            hosts,
+            "--out",
+            str(repo.parent / "runs"),
+            "--run-id",
+            "sig",
+            "--json",
+            "--timeout",
+            "300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
 
 
 def _wait(predicate: object, seconds: float) -> bool:
@@ -277,8 +340,9 @@ def test_changed_host_key_refuses_the_box_even_with_accept_new(
 ) -> None:
     box = sshd_factory(name="moved", alias="moved")
     other = tmp_path / "other_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)],
-                   check=True, timeout=30)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True, timeout=30
+    )
     kind, key = other.with_suffix(".pub").read_text().split()[:2]
     box.known_hosts.write_text(f"{box.host_key_line.split()[0]} {kind} {key}\n")
     repo = _repo(tmp_path / "repo", [box])

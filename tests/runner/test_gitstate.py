@@ -151,3 +151,36 @@ def test_head_moved_to_another_commit_is_seen(repo: Path) -> None:
     moved = gitstate.read_state(repo)
     assert (second.head, moved.head) == (git(repo, "rev-parse", "main"), first)
     assert moved.tree != second.tree
+
+
+def hook_script(folder: Path, marker: Path) -> Path:
+    """An executable that leaves marker behind when git runs it (and passes data through)."""
+    script = folder / "hook.sh"
+    script.write_text(f"#!/bin/sh\ntouch '{marker}'\ncat\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_repository_config_cannot_run_code_while_state_is_read(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", {".gitattributes": "*.txt filter=ev.il\n", "a.txt": "a\n"})
+    marker = tmp_path / "ran"
+    script = hook_script(tmp_path, marker)
+    git(repo, "config", "core.fsmonitor", str(script))
+    git(repo, "config", "filter.ev.il.clean", str(script))
+    git(repo, "config", "filter.ev.il.required", "true")
+    git(repo, "config", "diff.external", str(script))
+    (repo / "a.txt").write_text("changed\n")
+    # The trap is real: plain git status runs the repository's hooks.
+    git(repo, "status", "--porcelain")
+    assert marker.exists()
+    marker.unlink()
+    state = gitstate.read_state(repo)
+    assert state.dirty == ["a.txt"]
+    assert not marker.exists()
+
+
+def test_filter_names_that_cannot_be_overridden_are_refused(repo: Path) -> None:
+    git(repo, "config", "filter.a=b.clean", "cat")
+    (repo / "a.txt").write_text("changed\n")
+    with pytest.raises(RunError, match="filter named 'a=b'"):
+        gitstate.read_state(repo)

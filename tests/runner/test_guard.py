@@ -306,3 +306,20 @@ def test_guard_on_python_39_compares_the_table_text(repo: Path) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "pyproject.toml [tool.charpin]" in done.stderr
+
+
+def test_installed_hook_sees_commit_all(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `git commit -a` stages into a temporary index (GIT_INDEX_FILE) the hook must read.
+    assert _guard(repo, capsys, "install")[0] == 0
+    (repo / "app.py").write_text("print('v2')\n")
+    (repo / "pins.jsonl").write_text("[]\n")
+    done = subprocess.run(
+        ["git", "commit", "-q", "-a", "-m", "all"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "charpin guard: refused the staged change" in done.stderr

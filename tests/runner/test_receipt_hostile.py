@@ -127,6 +127,27 @@ def test_a_setsid_daemon_is_adopted_and_killed_too(tmp_path: Path) -> None:
     assert not Path(f"/proc/{int(marker.read_text())}").exists()
 
 
+def test_a_git_hook_planted_by_a_test_never_runs_in_the_parent(tmp_path: Path) -> None:
+    marker = tmp_path / "hook-ran"
+    hook = tmp_path / "hook.sh"
+    hook.write_text(f"#!/bin/sh\ntouch '{marker}'\necho x > '{FIXTURE}'\ncat\n")
+    hook.chmod(0o755)
+    repo = hostile_repo(
+        tmp_path,
+        "def test_plant():\n"
+        f"    subprocess.run(['git', 'config', 'core.fsmonitor', {str(hook)!r}], check=True)\n"
+        "    subprocess.run(['git', 'config', 'filter.evil.clean', "
+        f"{str(hook)!r}], check=True)\n"
+        "    pathlib.Path('.gitattributes').write_text('* filter=evil\\n')\n",
+    )
+    result = charpin(repo)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    assert (repo / FIXTURE).read_text() == ORIGINAL
+    assert only_receipt(repo)["fixtures"]["changed"] == []
+    assert only_receipt(repo)["tree"]["written"] == [".gitattributes"]
+
+
 def test_a_test_that_rewrites_git_head(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path, "def test_ok():\n    pass\n")
     first = git(repo, "rev-parse", "HEAD")
@@ -221,3 +242,14 @@ def test_a_signal_to_charpin_still_writes_an_interrupted_receipt(
     assert receipt["exit"]["interpretation"] == "interrupted"
     assert "interrupted" in receipt["exit"]["reasons"][0]
     assert os.path.exists(out)
+
+
+def test_a_test_that_breaks_the_repository_still_gets_a_receipt(tmp_path: Path) -> None:
+    repo = hostile_repo(tmp_path, "def test_break():\n    open('.git/HEAD', 'w').write('junk')\n")
+    result = charpin(repo)
+    assert result.returncode == 2, result.stderr
+    receipt = only_receipt(repo)
+    assert receipt["identity"]["head_after"] == "unresolved"
+    assert receipt["tree"]["dirty_digest_after"] == "unresolved"
+    assert receipt["exit"]["interpretation"] == "incomplete"
+    assert any(r.startswith("after the run, git") for r in receipt["exit"]["reasons"])

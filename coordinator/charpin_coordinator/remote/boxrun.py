@@ -111,11 +111,25 @@ def run_box(target: BoxTarget, plan: RunPlan, phase: Phase, stop: threading.Even
 class _Pipeline:
     """The steps for one connected box, each small and named."""
 
-    def __init__(self, box: Transport, target: BoxTarget, plan: RunPlan, phase: Phase,
-                 stop: threading.Event, out: BoxOutcome):
+    def __init__(
+        self,
+        box: Transport,
+        target: BoxTarget,
+        plan: RunPlan,
+        phase: Phase,
+        stop: threading.Event,
+        out: BoxOutcome,
+    ):
         self.box, self.target, self.plan, self.phase, self.stop, self.out = (
-            box, target, plan, phase, stop, out)
+            box,
+            target,
+            plan,
+            phase,
+            stop,
+            out,
+        )
         self.python = target.python
+        self.killed_at_deadline = False
         self.paths: dict[str, str] = {}
 
     def run(self) -> None:
@@ -138,9 +152,20 @@ class _Pipeline:
     def _prepare(self) -> dict[str, Any]:
         setup = self._setup_commands()
         done = self.box.run(
-            [self.python, "-I", "-c", PREP, self.box.home(), self.plan.run_id, self.target.folder,
-             self.plan.repo_key, self.plan.runner.name, "1" if setup else "0"],
-            timeout=_STEP_TIMEOUT)
+            [
+                self.python,
+                "-I",
+                "-c",
+                PREP,
+                self.box.home(),
+                self.plan.run_id,
+                self.target.folder,
+                self.plan.repo_key,
+                self.plan.runner.name,
+                "1" if setup else "0",
+            ],
+            timeout=_STEP_TIMEOUT,
+        )
         if done.returncode != 0 or not done.stdout.strip():
             raise StepError("unsupported-box", _unsupported(self.target, done.stderr))
         prep: dict[str, Any] = json.loads(done.stdout)
@@ -154,17 +179,22 @@ class _Pipeline:
             self.box.put(self.plan.runner.data, self.paths["runner"])
         self.box.put(json.dumps(dict(self.plan.config_table)).encode(), self.paths["config"])
         snap = self.plan.snap
-        has, haves = snapshot.box_haves(self.box, self.python, self.paths["cache_repo"],
-                                        snap.commit)
+        has, haves = snapshot.box_haves(
+            self.box, self.python, self.paths["cache_repo"], snap.commit
+        )
         bundle = None if has else snapshot.build_bundle(snap, haves)
         if bundle is not None:
             self.box.put(bundle.data, self.paths["bundle"])
         try:
             got = snapshot.install(
-                self.box, self.python, cache_repo=self.paths["cache_repo"],
+                self.box,
+                self.python,
+                cache_repo=self.paths["cache_repo"],
                 bundle_path=self.paths["bundle"] if bundle else None,
-                bundle_sha256=bundle.sha256 if bundle else None, commit=snap.commit,
-                dest=self.paths["src"])
+                bundle_sha256=bundle.sha256 if bundle else None,
+                commit=snap.commit,
+                dest=self.paths["src"],
+            )
             snapshot.check_identity(snap, got, self.target.label)
         except IntegrityError as exc:
             raise StepError("snapshot-integrity", str(exc)) from exc
@@ -178,17 +208,31 @@ class _Pipeline:
         commands = self._setup_commands()
         if not commands:
             if not prep["has_pytest"]:
-                raise StepError("setup-failed", (
-                    f"{self.target.label}: {self.python} cannot import pytest; add "
-                    "setup = [\"pip install pytest\"] to [tool.charpin] (or the host's table)"))
+                raise StepError(
+                    "setup-failed",
+                    (
+                        f"{self.target.label}: {self.python} cannot import pytest; add "
+                        'setup = ["pip install pytest"] to [tool.charpin] (or the host\'s table)'
+                    ),
+                )
             return self.python
         done = self.box.run(
-            [self.python, "-I", "-c", SETUP, self.paths["venvs"], self.paths["src"],
-             json.dumps(commands), str(self._deadline())],
-            timeout=self._deadline() + 30)
+            [
+                self.python,
+                "-I",
+                "-c",
+                SETUP,
+                self.paths["venvs"],
+                self.paths["src"],
+                json.dumps(commands),
+                str(self._deadline()),
+            ],
+            timeout=self._deadline() + 30,
+        )
         if done.returncode != 0 or done.timed_out:
-            raise StepError("setup-failed", f"{self.target.label}: setup failed: "
-                             f"{_tail(done.stderr)}")
+            raise StepError(
+                "setup-failed", f"{self.target.label}: setup failed: {_tail(done.stderr)}"
+            )
         return str(json.loads(done.stdout)["python"])
 
     def _deadline(self) -> float:
@@ -196,10 +240,26 @@ class _Pipeline:
 
     def _receipt_argv(self, python: str, sha: str | None) -> list[str]:
         p = self.paths
-        argv = [python, p["runner"], "receipt", "--repo", p["src"], "--label", self.target.folder,
-                "-o", p["receipt"], "--config-json", p["config"], "--run-id", self.plan.run_id,
-                "--expected-commit", self.plan.snap.commit, "--timeout", str(self._deadline()),
-                "-q"]
+        argv = [
+            python,
+            p["runner"],
+            "receipt",
+            "--repo",
+            p["src"],
+            "--label",
+            self.target.folder,
+            "-o",
+            p["receipt"],
+            "--config-json",
+            p["config"],
+            "--run-id",
+            self.plan.run_id,
+            "--expected-commit",
+            self.plan.snap.commit,
+            "--timeout",
+            str(self._deadline()),
+            "-q",
+        ]
         if sha:
             argv += ["--snapshot-sha256", sha]
         fingerprint = getattr(self.box, "host_key_fingerprint", None)
@@ -211,21 +271,35 @@ class _Pipeline:
 
     def _test(self, python: str, sha: str | None) -> None:
         env = [f"{k}={v}" for k, v in sorted(self.target.env.items())]
-        launch = [self.python, "-I", "-c", LAUNCH, self.paths["run"], json.dumps(env),
-                  *self._receipt_argv(python, sha)]
+        launch = [
+            self.python,
+            "-I",
+            "-c",
+            LAUNCH,
+            self.paths["run"],
+            json.dumps(env),
+            *self._receipt_argv(python, sha),
+        ]
         done = self._step(launch, "starting the runner")
         pid = int(done.stdout.strip())
         ends = time.monotonic() + self._deadline() + GRACE_SECONDS
         while not self._finished(pid):
             if self.stop.is_set() or time.monotonic() > ends:
                 self.out.interrupted = self.stop.is_set()
-                self._step([self.python, "-I", "-c", KILL, str(pid), str(TERM_WAIT_SECONDS)],
-                           "killing the run", timeout=TERM_WAIT_SECONDS + 30)
+                self.killed_at_deadline = not self.out.interrupted
+                self._step(
+                    [self.python, "-I", "-c", KILL, str(pid), str(TERM_WAIT_SECONDS)],
+                    "killing the run",
+                    timeout=TERM_WAIT_SECONDS + 30,
+                )
                 return
 
     def _finished(self, pid: int) -> bool:
-        done = self._step([self.python, "-I", "-c", WAIT, str(pid), str(_POLL_SECONDS)],
-                          "waiting for the runner", timeout=_POLL_SECONDS + 60)
+        done = self._step(
+            [self.python, "-I", "-c", WAIT, str(pid), str(_POLL_SECONDS)],
+            "waiting for the runner",
+            timeout=_POLL_SECONDS + 60,
+        )
         return done.stdout.strip() == b"gone"
 
     def _fetch(self) -> None:
@@ -234,11 +308,21 @@ class _Pipeline:
         try:
             raw = self.box.get(self.paths["receipt"], max_bytes=MAX_RECEIPT_BYTES)
         except (IntegrityError, OSError) as exc:
-            why = "interrupted before it wrote a receipt" if self.out.interrupted else (
-                f"the runner wrote no receipt ({_one_line(exc)}); its stderr: "
-                f"{_tail(self.out.stderr)}")
-            raise StepError("interrupted" if self.out.interrupted else "runner-failed",
-                             f"{self.target.label}: {why}") from exc
+            if self.out.interrupted:
+                kind, why = "interrupted", "interrupted before it wrote a receipt"
+            elif self.killed_at_deadline:
+                kind, why = (
+                    "timeout",
+                    f"killed at the {self._deadline():.0f}s box deadline "
+                    + ("before it wrote a receipt; raise --timeout or the host's timeout"),
+                )
+            else:
+                kind = "runner-failed"
+                why = (
+                    f"the runner wrote no receipt ({_one_line(exc)}); its stderr: "
+                    f"{_tail(self.out.stderr)}"
+                )
+            raise StepError(kind, f"{self.target.label}: {why}") from exc
         self.out.raw_receipt = raw
         self.out.receipt = _decode(raw, self.target.label)
 
@@ -251,8 +335,9 @@ class _Pipeline:
     def _step(self, argv: list[str], what: str, *, timeout: float = _STEP_TIMEOUT) -> Completed:
         done = self.box.run(argv, timeout=timeout)
         if done.returncode != 0 or done.timed_out:
-            raise StepError("runner-failed", f"{self.target.label}: {what} failed: "
-                             f"{_tail(done.stderr)}")
+            raise StepError(
+                "runner-failed", f"{self.target.label}: {what} failed: {_tail(done.stderr)}"
+            )
         return done
 
     def _check_stop(self) -> None:
@@ -284,9 +369,11 @@ def _kind_of(exc: BaseException) -> str:
 
 
 def _unsupported(target: BoxTarget, stderr: bytes) -> str:
-    return (f"{target.label}: {target.python} did not start ({_tail(stderr)}); install python3 "
-            ">= 3.9 or set python = \"/path/to/python3\" under [tool.charpin.hosts."
-            f"{shlex.quote(target.label)}]")
+    return (
+        f"{target.label}: {target.python} did not start ({_tail(stderr)}); install python3 "
+        '>= 3.9 or set python = "/path/to/python3" under [tool.charpin.hosts.'
+        f"{shlex.quote(target.label)}]"
+    )
 
 
 def _close(box: Transport) -> None:

@@ -53,9 +53,16 @@ class _TempBox(LocalTransport):
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def clean_target(label: str, folder: str, *, keep: bool, python: str | None = None,
-                 setup: list[str] | None = None, timeout: float | None = None,
-                 env: Mapping[str, str] | None = None) -> BoxTarget:
+def clean_target(
+    label: str,
+    folder: str,
+    *,
+    keep: bool,
+    python: str | None = None,
+    setup: list[str] | None = None,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> BoxTarget:
     """The `clean` box: a fresh folder on this machine, reached through LocalTransport."""
 
     def connect() -> LocalTransport:
@@ -64,13 +71,26 @@ def clean_target(label: str, folder: str, *, keep: bool, python: str | None = No
         base["HOME"] = str(root)
         return _TempBox(label, root, keep=keep, base_env=base)
 
-    return BoxTarget(label=label, folder=folder, connect=connect,
-                     python=python or sys.executable, setup=setup, timeout=timeout,
-                     env=dict(env or {}))
+    return BoxTarget(
+        label=label,
+        folder=folder,
+        connect=connect,
+        python=python or sys.executable,
+        setup=setup,
+        timeout=timeout,
+        env=dict(env or {}),
+    )
 
 
-def run_local(label: str, folder: str, plan: RunPlan, phase: Phase, stop: threading.Event,
-              *, timeout: float | None = None) -> BoxOutcome:
+def run_local(
+    label: str,
+    folder: str,
+    plan: RunPlan,
+    phase: Phase,
+    stop: threading.Event,
+    *,
+    timeout: float | None = None,
+) -> BoxOutcome:
     """Run `charpin receipt` in the working tree itself and read back what it wrote."""
     out = BoxOutcome(label=label, folder=folder)
     phase(label, "test")
@@ -78,10 +98,27 @@ def run_local(label: str, folder: str, plan: RunPlan, phase: Phase, stop: thread
         work = Path(tmp)
         (work / "config.json").write_text(json.dumps(dict(plan.config_table)), encoding="utf-8")
         deadline = float(timeout or plan.timeout)
-        argv = [sys.executable, "-m", "charpin_runner", "receipt", "--repo", str(plan.snap.repo),
-                "--label", folder, "-o", str(work / "receipt.json"),
-                "--config-json", str(work / "config.json"), "--run-id", plan.run_id,
-                "--expected-commit", plan.snap.commit, "--timeout", str(deadline), "-q"]
+        argv = [
+            sys.executable,
+            "-m",
+            "charpin_runner",
+            "receipt",
+            "--repo",
+            str(plan.snap.repo),
+            "--label",
+            folder,
+            "-o",
+            str(work / "receipt.json"),
+            "--config-json",
+            str(work / "config.json"),
+            "--run-id",
+            plan.run_id,
+            "--expected-commit",
+            plan.snap.commit,
+            "--timeout",
+            str(deadline),
+            "-q",
+        ]
         out.interrupted = _run_detached(argv, work, deadline + GRACE_SECONDS, stop)
         phase(label, "fetch")
         out.stdout = (work / "stdout.log").read_bytes()
@@ -98,8 +135,9 @@ def _run_detached(argv: list[str], work: Path, limit: float, stop: threading.Eve
     runner_root = str(Path(charpin_runner.__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [runner_root, env.get("PYTHONPATH")]))
     with (work / "stdout.log").open("wb") as so, (work / "stderr.log").open("wb") as se:
-        proc = subprocess.Popen(argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     ends = time.monotonic() + limit
     while proc.poll() is None:
         if stop.is_set() or time.monotonic() > ends:
@@ -139,7 +177,8 @@ def _read_receipt(out: BoxOutcome, path: Path) -> None:
     raw = path.read_bytes()
     out.raw_receipt = raw
     try:
-        out.receipt = load_receipt(raw, source=f"{out.label}:receipt.json",
-                                   max_bytes=MAX_RECEIPT_BYTES)
+        out.receipt = load_receipt(
+            raw, source=f"{out.label}:receipt.json", max_bytes=MAX_RECEIPT_BYTES
+        )
     except IntegrityError as exc:
         out.not_evaluated = NotEvaluated(label=out.label, kind="receipt-refused", reason=str(exc))

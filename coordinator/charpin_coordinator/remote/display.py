@@ -12,11 +12,10 @@ import threading
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 class Progress:
@@ -44,8 +43,9 @@ class Progress:
         """(label, phase, elapsed) for every box."""
         now = time.monotonic()
         with self._lock:
-            return [(label, self._phase[label], now - start)
-                    for label, start in self._started.items()]
+            return [
+                (label, self._phase[label], now - start) for label, start in self._started.items()
+            ]
 
     def _show(self, label: str, name: str, elapsed: float) -> None:
         """Called under the lock."""
@@ -53,8 +53,9 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         return None
 
 
@@ -73,11 +74,21 @@ class LiveProgress(Progress):
     """A rich table redrawn in place while boxes run."""
 
     def __init__(self, labels: Sequence[str]):
+        # rich is imported only when a terminal will show it (it costs every run start-up time).
+        from rich.console import Console
+        from rich.live import Live
+
         super().__init__(labels)
-        self._live = Live(console=Console(stderr=True), refresh_per_second=4,
-                          get_renderable=self._table, transient=False)
+        self._live = Live(
+            console=Console(stderr=True),
+            refresh_per_second=4,
+            get_renderable=self._table,
+            transient=False,
+        )
 
     def _table(self) -> Table:
+        from rich.table import Table
+
         table = Table(title="charpin-remote run", show_edge=False)
         table.add_column("box")
         table.add_column("phase")
@@ -91,8 +102,9 @@ class LiveProgress(Progress):
         self._live.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._live.stop()
 
 

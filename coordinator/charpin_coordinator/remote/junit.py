@@ -25,10 +25,15 @@ def to_junit(report: DriftReport) -> bytes:
         _suite(root, label, [g for g in report.gates if g.box == label])
     for missing in report.not_evaluated:
         suite = _suite(root, missing.label, [])
-        case = ET.SubElement(suite, "testcase", classname=_classname(missing.label),
-                             name="evaluated")
-        err = ET.SubElement(case, "error", type=_clean(missing.kind),
-                            message=_clean(f"NOT EVALUATED ({missing.kind}): {missing.reason}"))
+        case = ET.SubElement(
+            suite, "testcase", classname=_classname(missing.label), name="evaluated"
+        )
+        err = ET.SubElement(
+            case,
+            "error",
+            type=_clean(missing.kind),
+            message=_clean(f"NOT EVALUATED ({missing.kind}): {missing.reason}"),
+        )
         err.text = _clean(missing.reason)
         _count(suite)
     _count(root)
@@ -41,14 +46,14 @@ def to_junit(report: DriftReport) -> bytes:
 def _suite(root: ET.Element, label: str, gates: list[GateResult]) -> ET.Element:
     suite = ET.SubElement(root, "testsuite", name=_clean(f"charpin.{label}"))
     for gate in gates:
-        case = ET.SubElement(suite, "testcase", classname=_classname(label),
-                             name=_clean(gate.gate))
+        case = ET.SubElement(suite, "testcase", classname=_classname(label), name=_clean(gate.gate))
         body = _clean(f"{gate.detail}\n{gate.action}".strip())
         if gate.status == "FAIL":
             ET.SubElement(case, "failure", type="FAIL", message=_clean(gate.detail)).text = body
         elif gate.status == "INCOMPLETE":
-            ET.SubElement(case, "error", type="INCOMPLETE",
-                          message=_clean(f"INCOMPLETE: {gate.detail}")).text = body
+            ET.SubElement(
+                case, "error", type="INCOMPLETE", message=_clean(f"INCOMPLETE: {gate.detail}")
+            ).text = body
     _count(suite)
     return suite
 

@@ -62,13 +62,16 @@ def safe_folders(labels: Iterable[str]) -> dict[str, str]:
     return mapping
 
 
-def write_run(out_dir: Path, run_id: str, outcomes: Sequence[BoxOutcome],
-              report: ReportFiles) -> Path:
+def write_run(
+    out_dir: Path, run_id: str, outcomes: Sequence[BoxOutcome], report: ReportFiles
+) -> Path:
     """Write every box's files and the report into out_dir/run_id; return that folder."""
     final = out_dir / run_id
     if final.exists():
-        raise UsageError(f"{final} already exists and runs are never overwritten; pick another "
-                         "--run-id or leave it out")
+        raise UsageError(
+            f"{final} already exists and runs are never overwritten; pick another "
+            "--run-id or leave it out"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = out_dir / f".{run_id}.partial-{secrets.token_hex(4)}"
     staging.mkdir()

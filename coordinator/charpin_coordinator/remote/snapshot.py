@@ -73,9 +73,21 @@ def build_bundle(snap: Snapshot, haves: Sequence[str] = ()) -> Bundle:
     header += [f"{snap.commit} {BUNDLE_REF}", ""]
     revs = "".join([f"{snap.commit}\n", *(f"^{sha}\n" for sha in known)])
     pack = subprocess.run(
-        ["git", "-C", str(snap.repo), "pack-objects", "--stdout", "--thin", "--revs",
-         "--delta-base-offset", "-q"],
-        input=revs.encode(), capture_output=True, check=True, timeout=_GIT_TIMEOUT,
+        [
+            "git",
+            "-C",
+            str(snap.repo),
+            "pack-objects",
+            "--stdout",
+            "--thin",
+            "--revs",
+            "--delta-base-offset",
+            "-q",
+        ],
+        input=revs.encode(),
+        capture_output=True,
+        check=True,
+        timeout=_GIT_TIMEOUT,
     ).stdout
     data = ("\n".join(header) + "\n").encode() + pack
     return Bundle(data=data, sha256=hashlib.sha256(data).hexdigest(), prerequisites=tuple(known))
@@ -83,8 +95,9 @@ def build_bundle(snap: Snapshot, haves: Sequence[str] = ()) -> Bundle:
 
 def box_haves(box: Transport, python: str, cache_repo: str, commit: str) -> tuple[bool, list[str]]:
     """Ask the box whether its cache repo holds commit, and which commits it holds."""
-    done = box.run([python, "-I", "-c", _BOX_HAVES, cache_repo, commit, str(MAX_HAVES)],
-                   timeout=_BOX_TIMEOUT)
+    done = box.run(
+        [python, "-I", "-c", _BOX_HAVES, cache_repo, commit, str(MAX_HAVES)], timeout=_BOX_TIMEOUT
+    )
     if done.returncode != 0:
         raise IntegrityError(f"{box.name}: listing the cache repo failed: {_tail(done.stderr)}")
     answer = json.loads(done.stdout)
@@ -102,8 +115,18 @@ def install(
     dest: str,
 ) -> CheckedOut:
     """On the box: verify and fetch the bundle (if one was sent), then check commit out at dest."""
-    argv = [python, "-I", "-c", _BOX_INSTALL, cache_repo, bundle_path or "", bundle_sha256 or "",
-            commit, dest, BUNDLE_REF]
+    argv = [
+        python,
+        "-I",
+        "-c",
+        _BOX_INSTALL,
+        cache_repo,
+        bundle_path or "",
+        bundle_sha256 or "",
+        commit,
+        dest,
+        BUNDLE_REF,
+    ]
     done = box.run(argv, timeout=_BOX_TIMEOUT)
     if done.returncode != 0:
         raise IntegrityError(f"{box.name}: snapshot refused on the box: {_tail(done.stderr)}")
@@ -137,7 +160,10 @@ def _known_commits(repo: Path, haves: Sequence[str]) -> list[str]:
     query = "".join(f"{sha}^{{commit}}\n" for sha in wanted)
     out = subprocess.run(
         ["git", "-C", str(repo), "cat-file", "--batch-check=%(objectname) %(objecttype)"],
-        input=query.encode(), capture_output=True, check=True, timeout=_GIT_TIMEOUT,
+        input=query.encode(),
+        capture_output=True,
+        check=True,
+        timeout=_GIT_TIMEOUT,
     ).stdout.decode()
     found = {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
     return sorted(sha for sha in wanted if sha in found)
@@ -149,7 +175,10 @@ def _is_hex(text: str) -> bool:
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=True,
         timeout=_GIT_TIMEOUT,
     ).stdout
 

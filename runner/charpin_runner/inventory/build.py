@@ -144,8 +144,7 @@ class _Graph:
         for module in modules:  # sorted by path, so a duplicate name resolves the same way
             by_name.setdefault(module.dotted, module)
         self.edges = {
-            m.path: sorted({by_name[n].path for n in _resolve_imports(m, by_name)})
-            for m in modules
+            m.path: sorted({by_name[n].path for n in _resolve_imports(m, by_name)}) for m in modules
         }
 
     def closure(self, path: str) -> list[ModuleFacts]:

@@ -89,8 +89,13 @@ def _print_unpinned(inventory: Inventory) -> None:
         print("no pin: " + ", ".join(names))
 
 
+_MAX_KEYS = 8  # the table stays readable; --json has every key
+
+
 def _env_cell(entry: Entry) -> str:
     keys = list(entry.env)
+    if len(keys) > _MAX_KEYS:
+        keys = [*keys[: _MAX_KEYS - 1], f"(+{len(keys) - _MAX_KEYS + 1} more)"]
     if entry.dynamic_env:
         keys.append(f"<dynamic>x{entry.dynamic_env}")
     return ", ".join(keys) or "-"

@@ -86,6 +86,13 @@ def add_parsers(sub: Any) -> None:
 
     cov = pins_sub.add_parser("cover", help="lines and branches of the entry points no pin runs")
     common(cov)
+    cov.add_argument(
+        "--entry",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also report this repo-relative Python file (repeatable)",
+    )
     cov.set_defaults(handler=_cover)
 
 
@@ -333,7 +340,7 @@ def _cover(args: argparse.Namespace) -> int:
     pin_set = load_pins(repo, config)
     require_pins(pin_set, config)
     with Session(repo, config) as session:
-        report = cover(session, pin_set.all, jobs_for(config, args.jobs))
+        report = cover(session, pin_set.all, jobs_for(config, args.jobs), args.entry)
     for entry in report:
         print(
             f"{entry.path}: {len(entry.missing_lines)} of {entry.lines} lines and "

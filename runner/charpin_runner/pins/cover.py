@@ -11,7 +11,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from charpin_runner.errors import ConfigError, UsageError
 from charpin_runner.pins.execute import Session, run_case
@@ -39,8 +39,14 @@ def _coverage() -> Any:
     return coverage
 
 
-def cover(session: Session, pins: list[Pin], jobs: int) -> list[FileCover]:
-    """Replay Python-target pins under coverage and report per entry point."""
+def cover(
+    session: Session, pins: list[Pin], jobs: int, extra: Optional[list[str]] = None
+) -> list[FileCover]:
+    """Replay Python-target pins under coverage and report per entry point.
+
+    Entry points are the pins' Python targets plus extra (repo-relative files, e.g. from the
+    inventory); an extra file no pin runs is reported with every line missing.
+    """
     coverage = _coverage()
     targets = [p for p in pins if p.case.argv[0].endswith(".py")]
     if not targets:
@@ -64,7 +70,11 @@ def cover(session: Session, pins: list[Pin], jobs: int) -> list[FileCover]:
             f"coverage wrote no data: is coverage installed for {session.python}? "
             "pip install 'charpin-remote[cover]' there"
         )
-    entry_points = sorted({str((session.repo / p.case.argv[0]).resolve()) for p in targets})
+    named = [p.case.argv[0] for p in targets] + list(extra or [])
+    for rel in extra or []:
+        if not (session.repo / rel).is_file():
+            raise UsageError(f"entry point {rel} is not a file in the repository; fix the path")
+    entry_points = sorted({str((session.repo / rel).resolve()) for rel in named})
     combined = session.dir / "combined.coverage"
     cov = coverage.Coverage(data_file=str(combined), branch=True, config_file=False)
     cov.combine([str(p) for p in data_files], keep=True)

@@ -55,7 +55,11 @@ class Session:
     def __init__(self, repo: Path, config: PinsConfig, python: Optional[str] = None) -> None:
         self.repo = repo.resolve()
         self.config = config
-        self.python = python or config.python or sys.executable
+        chosen = python or config.python or sys.executable
+        # A configured interpreter like ".venv/bin/python" is relative to the repository.
+        if "/" in chosen and not os.path.isabs(chosen):
+            chosen = str(self.repo / chosen)
+        self.python = chosen
         self.dir = Path(tempfile.mkdtemp(prefix="charpin-pins-"))
         self.bootstrap = self.dir / "bootstrap.py"
         self.bootstrap.write_text(BOOTSTRAP, encoding="utf-8")
@@ -225,8 +229,12 @@ def _run_in(
     after: dict[str, tuple[int, int, int, int]] = {}
     for place, skip in watched:
         after.update(_signature(place, skip))
+    # Folders on the way to the output folder (e.g. build/ for build/out) may appear or change.
+    parents = {str(p) for p in out_dir.parents}
     outside = sorted(
-        _display(p, sandbox) for p in set(before) | set(after) if before.get(p) != after.get(p)
+        _display(p, sandbox)
+        for p in set(before) | set(after)
+        if before.get(p) != after.get(p) and p not in parents
     )
     outputs = _outputs(out_dir)
     env_read: Optional[list[str]] = None

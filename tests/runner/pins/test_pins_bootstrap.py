@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR
 
 TARGET = """\
@@ -45,13 +44,19 @@ PYTHONS = [sys.executable] + ([str(PY39)] if PY39.exists() else [])
 
 @pytest.mark.parametrize("python", PYTHONS)
 @pytest.mark.parametrize("mode", ["ok", "exit", "raise", "message"])
-def test_bootstrap_matches_plain_python(target: Path, tmp_path: Path, mode: str, python: str) -> None:
+def test_bootstrap_matches_plain_python(
+    target: Path, tmp_path: Path, mode: str, python: str
+) -> None:
     env = {"A_KEY": "a", "PATH": "/usr/bin:/bin"}
     plain = _run([python, str(target), mode], env, tmp_path)
     side = tmp_path / "reads"
     boot_env = dict(env, **{ENV_VAR: str(side)})
     boot = _run([python, str(tmp_path / "boot.py"), str(target), mode], boot_env, tmp_path)
-    assert (boot.returncode, boot.stdout, boot.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert (boot.returncode, boot.stdout, boot.stderr) == (
+        plain.returncode,
+        plain.stdout,
+        plain.stderr,
+    )
     assert plain.stdout.startswith(b"__main__ ['" + mode.encode() + b"'] prog.py 42\n")
     # Reads of unset keys are recorded too; the bootstrap's own variable is hidden.
     assert side.read_text().split("\n") == ["A_KEY", "B_KEY", "C_KEY", "D_KEY"]

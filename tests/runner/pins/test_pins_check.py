@@ -192,8 +192,9 @@ def test_new_env_key_is_drift_even_while_unset(recorded: Path, charpin) -> None:
 def test_pin_runs_with_only_declared_env(
     recorded: Path, charpin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A value in the caller's environment must not reach the pin.
-    monkeypatch.setenv("CURRENCY", "EUR")
-    monkeypatch.setenv("TAX_RATE", "0.5")
+    # Values in the caller's environment must not reach pins that do not declare them:
+    # inv-exempt would print "$" amounts and legacy-empty would log mode=live.
+    monkeypatch.setenv("CURRENCY", "USD")
+    monkeypatch.setenv("SYNC_MODE", "live")
     code, out, err = charpin("pins", "check", "--repo", str(recorded))
     assert code == 0, out + err

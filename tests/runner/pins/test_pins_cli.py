@@ -64,3 +64,21 @@ def test_missing_script_is_an_error_not_a_crash(messy_repo: Path, charpin) -> No
     assert "DRIFT legacy [error]" in out
     assert "script legacy_sync.py not found" in out
     assert "Traceback" not in out + err
+
+
+def test_nested_output_folder_may_be_created(messy_repo: Path, charpin) -> None:
+    (messy_repo / "pyproject.toml").write_text("[tool.charpin.pins]\noutput = 'build/out'\n")
+    (messy_repo / "nested.py").write_text(
+        "import os\nos.makedirs('build/out')\nopen('build/out/a.txt', 'w').write('a')\n"
+    )
+    write_pins(messy_repo, [{"id": "nested", "argv": ["nested.py"]}])
+    code, out, err = charpin("pins", "record", "--repo", str(messy_repo))
+    assert code == 0, out + err
+    assert '"a.txt"' in (messy_repo / "pins.jsonl").read_text()
+    (messy_repo / "nested.py").write_text(
+        "import os\nos.makedirs('build/out')\nopen('build/out/a.txt', 'w').write('a')\n"
+        "open('build/b.txt', 'w').write('b')\n"
+    )
+    code, out, _err = charpin("pins", "check", "--repo", str(messy_repo))
+    assert code == 2
+    assert "wrote outside build/out/: $WORK/build/b.txt" in out

@@ -42,3 +42,18 @@ def test_cover_without_pins_is_a_usage_error(tmp_path: Path, charpin) -> None:
     code, _out, err = charpin("pins", "cover", "--repo", str(tmp_path))
     assert code == 64
     assert "no pins" in err
+
+
+def test_cover_reports_an_extra_entry_point_no_pin_runs(messy_repo: Path, charpin) -> None:
+    write_pins(messy_repo, [{"id": "legacy", "argv": ["legacy_sync.py", "a"]}])
+    assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
+    code, out, _err = charpin(
+        "pins", "cover", "--repo", str(messy_repo), "--entry", "make_report.py"
+    )
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("make_report.py:"))
+    total = int(line.split(" of ")[1].split()[0])
+    assert line.startswith(f"make_report.py: {total} of {total} lines")
+    code, _out, err = charpin("pins", "cover", "--repo", str(messy_repo), "--entry", "nope.py")
+    assert code == 64
+    assert "entry point nope.py is not a file" in err
