@@ -510,7 +510,9 @@ def _exit_code(report: DriftReport, receipts: Sequence[Labeled]) -> tuple[int, l
     if any(g.status == "FAIL" for g in report.gates) or any(d.gating for d in report.dimensions):
         code |= EXIT_DRIFT
         bits.append("2 drift or a gate blocked")
-    if report.not_evaluated:
+    cut_short = [lb for lb, r in receipts if r.exit.interpretation in ("timed-out", "interrupted")]
+    if report.not_evaluated or cut_short:
+        # A box that timed out left a receipt, but its run was not evaluated to the end.
         code |= EXIT_NOT_EVALUATED
         bits.append("4 a box was not evaluated")
     if any(n.kind in _INTEGRITY_KINDS for n in report.not_evaluated):

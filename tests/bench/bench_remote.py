@@ -53,9 +53,7 @@ def suite(root: Path, boxes: list[SshBox]) -> Path:
         for f in range(FILES)
     }
     files["tests/__init__.py"] = ""
-    hosts = "".join(
-        f'[tool.charpin.hosts.{b.alias}]\npython = "{sys.executable}"\n' for b in boxes
-    )
+    hosts = "".join(f'[tool.charpin.hosts.{b.alias}]\npython = "{sys.executable}"\n' for b in boxes)
     files["pyproject.toml"] = hosts
     return make_repo(root, files)
 
@@ -150,8 +148,11 @@ def fan_out(tmp: Path) -> tuple[float, float]:
 def freeze_runner(tmp: Path) -> None:
     """Run a private copy of the runner, so edits in the tree mid-bench cannot change its hash."""
     copy = tmp / "frozen"
-    shutil.copytree(ROOT / "runner" / "charpin_runner", copy / "charpin_runner",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "runner" / "charpin_runner",
+        copy / "charpin_runner",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     ENV["PYTHONPATH"] = os.pathsep.join([str(copy), str(ROOT / "coordinator")])
 
 
@@ -162,7 +163,9 @@ def main() -> int:
         ours, plain = warm_overhead(tmp)
         first, second = incremental(tmp)
         together, single = fan_out(tmp)
-    print(f"| measure ({TESTS} tests, loopback sshd) | charpin-remote | baseline | ratio | target |")
+    print(
+        f"| measure ({TESTS} tests, loopback sshd) | charpin-remote | baseline | ratio | target |"
+    )
     print("|---|---|---|---|---|")
     print(f"| warm run vs plain ssh + pytest | {ours:.2f} s | {plain:.2f} s "
           f"| {ours / plain:.2f} | <= 1.15 |")  # fmt: skip

@@ -194,3 +194,11 @@ def test_fixture_drift_is_blamed_on_a_dirty_baseline_not_on_the_clean_clone():
     assert fixtures.details == [
         f"local: {FIXTURE.path} differs from clean: sha256 bbbbbbbbbbbb vs aaaaaaaaaaaa (uncommitted on local)"
     ]
+
+
+@pytest.mark.parametrize("interpretation", ["timed-out", "interrupted"])
+def test_bit_4_for_a_box_whose_run_was_cut_short(interpretation):
+    cut = {"exit.interpretation": interpretation, "exit.status": -15}
+    rep = report(make_receipt("a"), make_receipt("b", **cut))
+    assert rep.exit_code & 4
+    assert "4 a box was not evaluated" in rep.exit_bits
