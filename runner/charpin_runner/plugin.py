@@ -7,6 +7,7 @@ registered and appends JSON lines to PATH (see charpin_runner.probe for the form
 flake ledger (`--charpin-ledger`) by deselecting frozen ids, never by skipping them. Under
 pytest-xdist only the controller writes; workers send their collection data in `workeroutput`.
 The probe never prints and never warns: the parent reads the record and tells the user.
+PYTEST_DONT_REWRITE: there are no asserts here, and skipping the rewrite keeps start-up cheap.
 """
 
 from __future__ import annotations
@@ -17,18 +18,21 @@ import os
 import types
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
 from charpin_runner.errors import ConfigError
-from charpin_runner.ledger import Ledger, Resolution, load_ledger, resolve
+
+if TYPE_CHECKING:
+    from charpin_runner.ledger import Ledger
 
 _PROBE_KEY = pytest.StashKey["Probe"]()
 _WORKER_KEY = "charpin"
 _PHASES = ("setup", "call", "teardown")
 # One encoder for the whole run: json.dumps(separators=...) builds a new one per call.
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_quote = json.encoder.encode_basestring_ascii
 
 
 def _new_style_wrappers() -> bool:
@@ -214,6 +218,9 @@ class Probe:
     def _load_ledger(self, value: str | None) -> Ledger | None:
         if not value:
             return None
+        # Imported here: once installed, this module loads into every pytest run, used or not.
+        from charpin_runner.ledger import load_ledger
+
         try:
             return load_ledger(_resolve_path(self.config, value))
         except ConfigError as exc:
@@ -246,6 +253,8 @@ class Probe:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.out is None:
+            return  # an xdist worker
         start: dict[str, Any] = {
             "kind": "start",
             "pytest_version": pytest.__version__,
@@ -308,7 +317,8 @@ class Probe:
         notes = list(self.notes)
         added = sorted(present - set(self.collected))
         if added:
-            notes.append(f"{len(added)} ids were added during collection: {', '.join(added)}")
+            shown = ", ".join(added[:5]) + (" ..." if len(added) > 5 else "")
+            notes.append(f"{len(added)} ids were added during collection: {shown}")
         ledger = self._apply_ledger(items)
         self.record = {
             "collected": self.collected,
@@ -337,7 +347,9 @@ class Probe:
         report = self._ledger_header()
         if self.ledger is None:
             return report
-        res: Resolution = resolve(self.ledger, self.collected, self.today)
+        from charpin_runner.ledger import resolve
+
+        res = resolve(self.ledger, self.collected, self.today)
         self.frozen = set(res.frozen)
         keep: list[pytest.Item] = []
         removed: list[pytest.Item] = []
@@ -459,21 +471,26 @@ class Probe:
                 self.seen[(report.nodeid, report.when)] = report.outcome
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        when = str(report.when)
-        seen = self.seen.pop((report.nodeid, when), None)
+        # Hot path: runs three times per test, so it formats its lines by hand (benchmark).
+        nodeid = report.nodeid
+        when = report.when
+        seen = self.seen.pop((nodeid, when), None)
         if seen is not None and seen != report.outcome and not _explained(seen, report):
             self._rewritten(report, seen)
-        if self.is_worker:
-            return  # the controller records this report when xdist relays it
-        nodeid = self._id(report.nodeid)
+        if self.out is None:
+            return  # an xdist worker: the controller records the report xdist relays
+        nodeid = self.prefix + nodeid
         if when == "setup":
             # Written now, not at teardown, so a test that kills the process still shows up.
             self.executed.add(nodeid)
-            self._emit({"kind": "setup", "nodeid": nodeid})
-        phases = self.phases.setdefault(nodeid, {})
-        phases[when] = report
-        if when == "teardown":
-            self._finish_test(nodeid, self.phases.pop(nodeid))
+            self.out.write(f'{{"kind":"setup","nodeid":{_quote(nodeid)}}}\n')
+            self.phases[nodeid] = {"setup": report}
+        elif when == "teardown":
+            phases = self.phases.pop(nodeid, {})
+            phases["teardown"] = report
+            self._finish_test(nodeid, phases)
+        else:
+            self.phases.setdefault(nodeid, {})[str(when)] = report
 
     def _rewritten(self, report: pytest.TestReport, seen: str) -> None:
         line = {
@@ -489,12 +506,13 @@ class Probe:
             self._emit(line)
 
     def _finish_test(self, nodeid: str, phases: dict[str, pytest.TestReport]) -> None:
-        line: dict[str, Any] = {
-            "kind": "report",
-            "nodeid": nodeid,
-            "outcome": _outcome(phases),
-            "duration": round(sum(rep.duration for rep in phases.values()), 6),
-        }
-        if "teardown" not in phases:
-            line["incomplete"] = True
-        self._emit(line)
+        duration = round(sum([rep.duration for rep in phases.values()]), 6)
+        outcome = _outcome(phases)
+        if "teardown" in phases and self.out is not None:
+            self.out.write(
+                f'{{"kind":"report","nodeid":{_quote(nodeid)},"outcome":"{outcome}",'
+                f'"duration":{duration!r}}}\n'
+            )
+            return
+        line = {"kind": "report", "nodeid": nodeid, "outcome": outcome, "duration": duration}
+        self._emit(dict(line, incomplete=True))

@@ -3,8 +3,9 @@
 Generates a suite of trivial tests in a temporary folder, then times `python -m pytest` without and
 with `--charpin-receipt`, interleaved so that machine noise hits both alike, and prints one
 Markdown table row (plus its header) with the medians and their ratio. Target: ratio <= 1.05.
-Wall time is the headline; the CPU time (user + sys of the pytest process) is printed beside it
-because it moves far less when other work shares the machine.
+Wall time is the headline; the CPU time (user + sys of the pytest process) and the ratio of the
+fastest rounds are printed beside it because they move less when other work shares the machine.
+PYTHONDONTWRITEBYTECODE=1 is set as `charpin receipt` sets it, so every run compiles afresh.
 """
 
 from __future__ import annotations
@@ -83,14 +84,16 @@ def main() -> int:
     verdict = "ok" if ratio <= TARGET else "over target"
     rounds = {"plain": plain_times, "probe": probe_times}
     print(f"<!-- (wall s, cpu s) per round: {rounds!r}; {lines} record lines -->")
+    # Best-of ratio: on a shared machine noise only ever adds time, so minima are steadier.
+    best = min(t[0] for t in probe_times) / min(t[0] for t in plain_times)
     print(
         "| benchmark | tests | rounds | plain median (s) | probe median (s) | ratio "
-        "| CPU ratio | target |"
+        "| CPU ratio | best-of ratio | target |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     print(
         f"| probe plugin | {args.tests:,} | {args.rounds} | {plain_wall:.2f} | {probe_wall:.2f} "
-        f"| {ratio:.3f} | {probe_cpu / plain_cpu:.3f} | <= {TARGET} ({verdict}) |"
+        f"| {ratio:.3f} | {probe_cpu / plain_cpu:.3f} | {best:.3f} | <= {TARGET} ({verdict}) |"
     )
     return 0
 

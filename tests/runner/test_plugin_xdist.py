@@ -133,3 +133,16 @@ def test_workers_that_collect_differently_leave_a_note(pytester: pytest.Pytester
     _result, probe = run_probe(pytester)
     assert "xdist workers gw0 and gw1 differ in selected ids" in probe.notes
     assert probe.executed == []
+
+
+def test_worker_killed_by_os_exit_shows_the_crashed_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_m="import os\ndef test_a(): pass\ndef test_b(): os._exit(3)\ndef test_c(): pass\n"
+    )
+    result, probe = run_probe(pytester)
+    assert result.ret == 1
+    assert probe.session_finished
+    ids = ["test_m.py::test_a", "test_m.py::test_b", "test_m.py::test_c"]
+    assert probe.selected == probe.executed == ids
+    assert probe.outcomes["test_m.py::test_b"] == "failed"
+    assert "test_m.py::test_b never reported its teardown (interrupted or crashed)" in probe.notes

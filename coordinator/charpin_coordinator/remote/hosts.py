@@ -16,11 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 from charpin_runner.errors import EXIT_NOT_EVALUATED, CharpinError, ConfigError, UsageError
-from paramiko.config import SSHConfig
+
+if TYPE_CHECKING:  # paramiko costs ~0.2 s to import: load it only when a name needs ssh_config
+    from paramiko.config import SSHConfig
 
 BUILTIN_BOXES: Final = ("local", "clean")
 SYSTEM_SSH_CONFIG: Final = Path("/etc/ssh/ssh_config")
@@ -196,6 +198,8 @@ def resolve_hosts(
 
 
 def _load(files: Sequence[Path]) -> tuple[SSHConfig, list[str]]:
+    from paramiko.config import SSHConfig  # lazy: see the TYPE_CHECKING import
+
     config = SSHConfig()
     patterns: list[str] = []
     for path in files:
