@@ -34,8 +34,8 @@ _NOTE_IDS = 5
 class LedgerReport:
     """How the flake ledger applied, as the probe resolved it against the collected ids."""
 
-    path: Optional[str] = None  # noqa: UP045 - evaluated on Python 3.9 boxes
-    sha256: Optional[str] = None  # noqa: UP045 - evaluated on Python 3.9 boxes
+    path: Optional[str] = None
+    sha256: Optional[str] = None
     entries: int = 0
     deselected: list[Deselected] = field(default_factory=list)
     frozen: list[str] = field(default_factory=list)
@@ -52,7 +52,7 @@ class ProbeData:
     started: bool = False
     collection_done: bool = False
     session_finished: bool = False
-    pytest_status: Optional[int] = None  # noqa: UP045 - evaluated on Python 3.9 boxes
+    pytest_status: Optional[int] = None
     collected: list[str] = field(default_factory=list)
     order: list[str] = field(default_factory=list)
     filtered: list[str] = field(default_factory=list)
@@ -63,7 +63,7 @@ class ProbeData:
     durations: dict[str, float] = field(default_factory=dict)
     ledger: LedgerReport = field(default_factory=LedgerReport)
     plugins: list[str] = field(default_factory=list)
-    pytest_version: Optional[str] = None  # noqa: UP045 - evaluated on Python 3.9 boxes
+    pytest_version: Optional[str] = None
     conftests: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Added by the probe work: ids whose outcome another hook rewrote (see the notes for how),
