@@ -53,8 +53,17 @@ def run_compare(args: argparse.Namespace) -> int:
 def _load_all(paths: list[Path]) -> list[tuple[str, Receipt]]:
     labeled: list[tuple[str, Receipt]] = []
     used: set[str] = set()
+    seen: dict[tuple[str, str], Path] = {}
     for path in paths:
         receipt = read_receipt_file(path)
+        key = (receipt.run_id, receipt.label)
+        if key in seen:
+            # The same run given twice must not count as two boxes that agree.
+            raise UsageError(
+                f"{path} and {seen[key]} are the same run ({receipt.label}, run id "
+                f"{receipt.run_id}); compare receipts from different boxes or runs"
+            )
+        seen[key] = path
         label = receipt.label
         if label in used:
             # Two receipts from boxes with the same label stay apart in the report.

@@ -7,12 +7,12 @@ its base), never from the dirty working tree: pass `rev` and pyproject.toml is r
 from __future__ import annotations
 
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import tomllib
 from charpin_runner.config import CharpinConfig
 from charpin_runner.errors import ConfigError, UsageError
 

@@ -17,6 +17,7 @@ from charpin_runner.errors import (
     EXIT_NOT_EVALUATED,
     EXIT_TESTS_FAILED,
     EXIT_VACUOUS,
+    UsageError,
 )
 from charpin_runner.receipt import OUTCOMES, FileState, Receipt
 
@@ -45,8 +46,9 @@ def build_report(
     expected_commit: str | None = None,
 ) -> DriftReport:
     """Compare receipts against the baseline box and evaluate every gate for every box."""
-    base = _pick_baseline(receipts, baseline)
-    expected = expected_commit or _expected_from(receipts, base)
+    shipped = expected_commit or _shipped_commit(receipts)
+    base = _pick_baseline(receipts, baseline, shipped)
+    expected = shipped or (base[1].identity.head_before if base else None)
     groups = _groups(receipts)
     group_of = {label: i for i, members in enumerate(groups) for label in members}
     boxes = [_summary(label, r, group_of[label]) for label, r in receipts]
@@ -75,23 +77,30 @@ def exit_code(report: DriftReport) -> int:
     return report.exit_code
 
 
-def _pick_baseline(receipts: Sequence[Labeled], wanted: str | None) -> Labeled | None:
+def _pick_baseline(
+    receipts: Sequence[Labeled], wanted: str | None, expected: str | None
+) -> Labeled | None:
+    """The box others are compared with: as asked, else the first healthy one, else the first.
+
+    A box that ran another commit or did not finish makes a poor reference: comparing a healthy
+    box against it would blame the healthy one.
+    """
     if wanted is None:
-        return receipts[0] if receipts else None
+        healthy = [(label, r) for label, r in receipts if gate_rules.healthy(r, expected)]
+        return (healthy or list(receipts) or [None])[0]
     for label, receipt in receipts:
         if label == wanted:
             return label, receipt
     labels = ", ".join(label for label, _ in receipts) or "none"
-    from charpin_runner.errors import UsageError
-
     raise UsageError(f"--baseline {wanted!r} is not one of the evaluated boxes ({labels})")
 
 
-def _expected_from(receipts: Sequence[Labeled], base: Labeled | None) -> str | None:
+def _shipped_commit(receipts: Sequence[Labeled]) -> str | None:
+    """The commit the coordinator shipped, when the receipts say so."""
     for _, receipt in receipts:
         if receipt.identity.expected_commit:
             return receipt.identity.expected_commit
-    return base[1].identity.head_before if base else None
+    return None
 
 
 def comparable(receipt: Receipt) -> tuple[object, ...]:
@@ -305,7 +314,7 @@ def _fixtures(receipts: Sequence[Labeled], base: Labeled) -> Dimension | None:
         if moved and label not in boxes:
             boxes.append(label)
         details.extend(moved)
-        if label != base_label:
+        if label != base_label and r.identity.head_before == b.identity.head_before:
             for blamed, line in _state_diff(
                 label, base_label, base_before, _state_map(f.before), r, b
             ):

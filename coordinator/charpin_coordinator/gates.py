@@ -32,6 +32,19 @@ ACTIONS: dict[GateName, str] = {
 }
 
 
+# What to do when a gate could not be evaluated: the evidence is missing, not bad.
+INCOMPLETE_ACTIONS: dict[GateName, str] = {
+    "Identity": "run in a git checkout so the receipt can name its commit",
+    "Clean tree": "re-run; the tree state could not be read",
+    "Fixture integrity": "declare existing fixture roots in [tool.charpin] watch",
+    "Collection parity": "compare at least two boxes that collected tests",
+    "Quarantine": "re-run; the ledger could not be read",
+    "Completeness": "re-run with a longer deadline (--timeout) or without interrupting it; "
+    "a suite that selects no tests proves nothing",
+    "Pin replay": "replay the pins on every box (do not pass --no-pins to some of them)",
+}
+
+
 def undeclared(paths: Sequence[str], outputs: Sequence[str]) -> list[str]:
     """Paths not covered by the declared output globs (a glob ending in / covers a folder)."""
     out = []
@@ -65,11 +78,18 @@ def evaluate(
     for gate, rule in rules:
         for label, receipt in receipts:
             status, detail = rule(label, receipt)
-            action = ACTIONS[gate] if status != "PASS" else ""
+            action = {"PASS": "", "FAIL": ACTIONS[gate], "INCOMPLETE": INCOMPLETE_ACTIONS[gate]}[
+                status
+            ]
             results.append(
                 GateResult(gate=gate, box=label, status=status, detail=detail, action=action)
             )
     return results
+
+
+def healthy(r: Receipt, expected: str | None) -> bool:
+    """Whether a receipt can serve as the baseline: right commit, stable tree, a finished run."""
+    return _identity(r, expected)[0] == "PASS" and _completeness(r)[0] == "PASS"
 
 
 def _identity(r: Receipt, expected: str | None) -> Verdict:
@@ -108,8 +128,10 @@ def _state_map(states: list[FileState]) -> dict[str, tuple[object, ...]]:
 
 def _fixtures(label: str, r: Receipt, receipts: Sequence[Labeled], base: Labeled | None) -> Verdict:
     f = r.fixtures
-    if not f.roots or set(f.missing_roots) == set(f.roots):
-        return "INCOMPLETE", "no watched fixture root exists; set [tool.charpin] watch"
+    if not f.roots:
+        return "PASS", "no fixture roots watched (set [tool.charpin] watch to watch some)"
+    if f.missing_roots:
+        return "INCOMPLETE", "watched root(s) missing: " + _list(f.missing_roots)
     moved = sorted(
         {*f.added, *f.removed, *f.changed, *f.type_changed, *f.mode_changed, *f.escaping_symlinks}
     )
@@ -139,7 +161,8 @@ def _blamed_paths(
     mine = _state_map(r.fixtures.before)
     blamed: set[str] = set()
     for other_label, other in receipts:
-        if other_label == label:
+        if other_label == label or other.identity.head_before != r.identity.head_before:
+            # Boxes on different commits differ for a reason the Identity gate already names.
             continue
         theirs = _state_map(other.fixtures.before)
         for path in set(mine) | set(theirs):

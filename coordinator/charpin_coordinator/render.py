@@ -8,6 +8,7 @@ diffs are capped in text and Markdown (the JSON keeps everything).
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import msgspec
 from rich.console import Console
@@ -15,6 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from charpin_coordinator.report import GATES, Dimension, DriftReport
+
+# Receipts are untrusted: a label or node id carrying ESC or a newline must not repaint the
+# terminal or forge a line in a PR comment. C0/C1 controls are shown as \xNN instead.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 MAX_ROWS = 50
 MAX_DIFF_LINES = 200
@@ -24,6 +29,21 @@ _STYLE = {"PASS": "green", "FAIL": "bold red", "INCOMPLETE": "yellow"}
 def encode_json(report: DriftReport) -> bytes:
     """The report as indented JSON (what `--json` prints and drift.json holds)."""
     return msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n"
+
+
+def _safe(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.translate(_CONTROLS)
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {_safe(k): _safe(v) for k, v in value.items()}
+    return value
+
+
+def _displayable(report: DriftReport) -> DriftReport:
+    """The report with every control character escaped (for text and Markdown only)."""
+    return msgspec.convert(_safe(msgspec.to_builtins(report)), DriftReport)
 
 
 def _labels(report: DriftReport) -> list[str]:
@@ -87,6 +107,7 @@ def _footer(report: DriftReport) -> list[str]:
 
 def render_text(report: DriftReport, *, color: bool) -> str:
     """Human report: rich tables when color (a terminal), plain aligned text otherwise."""
+    report = _displayable(report)
     if color:
         return _render_rich(report)
     return _render_plain(report)
@@ -205,6 +226,7 @@ def _render_rich(report: DriftReport) -> str:
 
 def render_markdown(report: DriftReport) -> str:
     """Markdown for a PR comment or `$GITHUB_STEP_SUMMARY`."""
+    report = _displayable(report)
     labels = _labels(report)
     out = [f"## {_header(report)}", ""]
     out += [
@@ -262,7 +284,7 @@ def _md_dimension(dim: Dimension, labels: list[str]) -> list[str]:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
 def _md_status(status: str) -> str:

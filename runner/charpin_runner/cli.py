@@ -26,6 +26,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the full `charpin` parser."""
+    return _build()[0]
+
+
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser and its command parsers by name."""
     from charpin_runner import receipt_cli
     from charpin_runner.guard import cli as guard_cli
     from charpin_runner.inventory import cli as inventory_cli
@@ -38,22 +43,35 @@ def build_parser() -> argparse.ArgumentParser:
     pins_cli.add_parsers(sub)
     inventory_cli.add_parsers(sub)
     guard_cli.add_parsers(sub)
-    return parser
+    return parser, dict(sub.choices)
+
+
+def _parse(args_list: list[str]) -> argparse.Namespace:
+    """Parse strictly. For a command that passes arguments on (accepts_extra), only what follows
+    the first `--` is passed on: a typo like `--lable x` before it is a usage error, never a
+    pytest argument."""
+    parser, commands = _build()
+    command = next((a for a in args_list if not a.startswith("-")), None)
+    chosen = commands.get(command) if command is not None else None
+    if chosen is not None and chosen.get_default("accepts_extra") and "--" in args_list:
+        cut = args_list.index("--")
+        args = parser.parse_args(args_list[:cut])
+        args.extra = args_list[cut + 1 :]
+    else:
+        args = parser.parse_args(args_list)
+        args.extra = []
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run `charpin`; return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
-        args, extra = parser.parse_known_args(args_list)
+        args = _parse(args_list)
         handler: Handler | None = getattr(args, "handler", None)
         if handler is None:
-            parser.print_help(sys.stderr)
+            build_parser().print_help(sys.stderr)
             return EXIT_USAGE
-        if extra and not getattr(args, "accepts_extra", False):
-            raise CharpinError(f"charpin: unrecognized arguments: {' '.join(extra)} (see --help)")
-        args.extra = extra
         return handler(args)
     except CharpinError as exc:
         print(f"charpin: error: {exc}", file=sys.stderr)

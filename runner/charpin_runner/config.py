@@ -53,6 +53,18 @@ class CharpinConfig:
     # Host extras are validated strictly by the coordinator; boxes never read them.
     hosts: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Values the type cannot express; msgspec and schema.convert both report the `$.path`.
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {self.timeout}")
+        if self.test_command is not None and not self.test_command:
+            raise ValueError("test_command must not be empty; leave it out for python -m pytest")
+        for root in self.watch:
+            if not root or root.startswith("/") or ".." in root.split("/"):
+                raise ValueError(
+                    f"watch root {root!r} must be a relative path inside the repository"
+                )
+
 
 def from_table(table: Any, path: str = "$.tool.charpin") -> CharpinConfig:
     """Validate a decoded `[tool.charpin]` table."""

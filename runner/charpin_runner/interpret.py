@@ -90,6 +90,8 @@ def _findings(status: int, probe: ProbeData) -> list[str]:
         )
     if probe.rewritten:
         reasons.append(f"another hook rewrote the outcome of {_few(sorted(probe.rewritten))}")
+    if probe.dropped:
+        reasons.append(_dropped(len(probe.dropped)))
     if probe.late_dropped:
         reasons.append(
             f"a hook removed selected tests after the ledger applied: {_few(probe.late_dropped)}"
@@ -131,6 +133,16 @@ def _notes(probe: ProbeData, findings: list[str]) -> list[str]:
             if middle in finding:
                 covered.extend(prefixes)
     return [f"probe: {n}" for n in probe.notes if not n.startswith(tuple(covered))]
+
+
+def _dropped(count: int) -> str:
+    # Silently vanished items look exactly like tests that do not exist, so a green run over
+    # them proves nothing: say how many, and how to make the removal visible.
+    return (
+        f"{count} collected test(s) were removed during collection without being reported "
+        "as deselected; report removed items through "
+        "config.hook.pytest_deselected(items=...) or deselect them with -k/-m/--deselect"
+    )
 
 
 def _unexecuted(probe: ProbeData) -> list[str]:

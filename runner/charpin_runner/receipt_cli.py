@@ -27,6 +27,7 @@ from charpin_runner.run_receipt import (
     new_run_id,
     produce,
     stop_on_signals,
+    watch_given,
 )
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -68,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
     repo = gitstate.find_toplevel(Path(args.repo or os.getcwd()))
     request = replace(_request(args, repo), kill_adopted=become_subreaper())
     output = _output_path(args.output, repo, request.run_id)
+    warning = inside_repo_warning(output, repo)
+    if warning:
+        print(f"charpin: warning: {warning}", file=sys.stderr, flush=True)
     with stop_on_signals() as stop:
         receipt = produce(request, stop)
         try:
@@ -81,7 +85,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"charpin: {reason}", file=sys.stderr)
     if stop.requested:
         return EXIT_INTERRUPTED
-    return EXIT_CODES[receipt.exit.interpretation]
+    code = EXIT_CODES[receipt.exit.interpretation]
+    # Design §6: bit 2 means drift; a drifted or broken pin is drift whatever the tests did.
+    return code | 2 if pins_drifted(receipt) else code
+
+
+def pins_drifted(receipt: Receipt) -> bool:
+    """True when pins were replayed and any of them did not pass."""
+    pins = receipt.pins
+    return pins.replayed and any(result.status != "passed" for result in pins.results)
+
+
+def inside_repo_warning(output: Path, repo: Path) -> str | None:
+    """A warning when the receipt lands in the work tree, where git sees it as untracked."""
+    target, top = Path(os.path.realpath(output)), Path(os.path.realpath(repo))
+    if top not in target.parents or top / ".charpin" in (target, *target.parents):
+        return None
+    return (
+        f"{_shown_path(output)} is inside the repository, so the next receipt will count it "
+        "as an uncommitted file; write receipts outside the tree or under .charpin/"
+    )
 
 
 def _request(args: argparse.Namespace, repo: Path) -> Request:
@@ -90,8 +113,6 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
     else:
         cfg = config_mod.load(repo)
     extra = list(args.extra or [])
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
     timeout = _timeout(args.timeout) if args.timeout is not None else cfg.timeout
     if timeout is not None and not timeout > 0:
         raise ConfigError(
@@ -114,6 +135,7 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
         ),
         host_key_accepted_new=bool(args.host_key_accepted_new),
         replay_pins=not args.no_pins,
+        watch_given=watch_given(repo, Path(args.config_json) if args.config_json else None),
         extra=extra,
     )
 
@@ -167,7 +189,7 @@ def _shown_path(path: Path) -> str:
 
 
 def summary_lines(receipt: Receipt, path: str) -> list[str]:
-    """The five-line summary printed after a run."""
+    """The five-line summary printed after a run; a sixth line when pins were replayed."""
     col, fx, ex = receipt.collection, receipt.fixtures, receipt.exit
     dirty = len(receipt.tree.dirty_before)
     counts = [(o, sum(1 for v in receipt.outcomes.values() if v == o)) for o in OUTCOMES]
@@ -181,7 +203,17 @@ def summary_lines(receipt: Receipt, path: str) -> list[str]:
         f"fixtures  {', '.join(fx.roots) or 'none watched'}: {len(fx.after)} file"
         f"{_plural(len(fx.after))} · " + _fixture_changes(receipt),
         f"exit      {ex.status} → {ex.interpretation} · receipt {path}",
-    ]
+    ] + ([_pins_line(receipt)] if receipt.pins.replayed else [])
+
+
+def _pins_line(receipt: Receipt) -> str:
+    results = receipt.pins.results
+    passed = sum(1 for r in results if r.status == "passed")
+    drifted = [r.id for r in results if r.status == "failed"]
+    errored = [r.id for r in results if r.status == "error"]
+    line = f"pins      {passed} passed · {len(drifted)} drifted"
+    line += f" ({_few(drifted)})" if drifted else ""
+    return line + (f" · {len(errored)} errored ({_few(errored)})" if errored else "")
 
 
 def _fixture_changes(receipt: Receipt) -> str:

@@ -11,6 +11,7 @@ process started through something else (systemd-run, ssh, a container runtime) i
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 import subprocess
@@ -28,7 +29,7 @@ from typing import Any, cast
 
 import charpin_runner
 from charpin_runner import envinfo, fixtures, gitstate
-from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, CharpinConfig
+from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, DEFAULT_WATCH, CharpinConfig
 from charpin_runner.errors import CharpinError, ConfigError, RunError, UsageError
 from charpin_runner.interpret import Ending, interpret
 from charpin_runner.probe import ProbeData, read_probe
@@ -39,6 +40,7 @@ from charpin_runner.receipt import (
     Environment,
     Identity,
     Outcome,
+    PinResult,
     Pins,
     Quarantine,
     Receipt,
@@ -70,6 +72,8 @@ class Request:
     host_key_fingerprint: str | None = None
     host_key_accepted_new: bool = False
     replay_pins: bool = True
+    # False when [tool.charpin] has no `watch` key, i.e. the default root is in force.
+    watch_given: bool = True
     extra: list[str] = field(default_factory=list)
     # Kill every child this process has after the run: only for a process that became a
     # subreaper and runs nothing else (the CLI), never for a library caller.
@@ -110,7 +114,7 @@ def new_run_id(now: datetime | None = None) -> str:
 def produce(request: Request, stop: StopFlag) -> Receipt:
     """Measure, run the test command, measure again; return the receipt (not yet written)."""
     repo, config = request.repo, request.config
-    roots = fixtures.check_roots(config.watch)
+    roots = watched_roots(repo, config, request.watch_given)
     ledger = ledger_path(repo, config)
     ledger_sha = fixtures.hash_file(str(repo / ledger)) if ledger else None
     started_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -185,6 +189,41 @@ def _environment(request: Request, probe: ProbeData) -> Environment:
         host_key_fingerprint=request.host_key_fingerprint,
         host_key_accepted_new=request.host_key_accepted_new,
     )
+
+
+def watched_roots(repo: Path, config: CharpinConfig, given: bool) -> list[str]:
+    """The fixture roots to hash. The default root is a convention, not a promise: when the
+    repository does not have it, nothing is watched (an explicitly named root stays, and a
+    missing one is reported as missing)."""
+    roots = fixtures.check_roots(config.watch)
+    if given or config.watch != DEFAULT_WATCH:
+        return roots
+    return [root for root in roots if os.path.lexists(repo / root)]
+
+
+def watch_given(repo: Path, config_json: Path | None) -> bool:
+    """Whether the `[tool.charpin]` table names `watch` itself (call after config loading
+    succeeded, so the file is known to decode). Unknown counts as given: reports stay strict."""
+    try:
+        if config_json is not None:
+            table = json.loads(config_json.read_text(encoding="utf-8"))
+        else:
+            table = _pyproject_table(repo)
+    except (OSError, ValueError, ImportError):
+        return True
+    return not isinstance(table, dict) or "watch" in table
+
+
+def _pyproject_table(repo: Path) -> Any:
+    pyproject = repo / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    import tomllib  # novermin - only reached where config.load already read this file
+
+    with pyproject.open("rb") as handle:
+        data = tomllib.load(handle)
+    tool = data.get("tool", {})
+    return tool.get("charpin", {}) if isinstance(tool, dict) else {}
 
 
 def ensure_receipt_folder(repo: Path, folder: Path) -> None:
@@ -399,7 +438,21 @@ def _replay_pins(request: Request, skip: bool) -> tuple[Pins, list[str]]:
     try:
         return cast(Pins, replay(request.repo, request.config)), []
     except CharpinError as exc:
-        return none, [f"pins were not replayed: {exc}"]
+        # Recorded as one errored pin, so the Pin replay gate fails instead of seeing no pins.
+        pins_file = request.config.pins.file
+        source = pins_file if (request.repo / pins_file).is_file() else None
+        broken = PinResult(
+            id="<pins>",
+            status="error",
+            exit_code=None,
+            stdout_sha256="",
+            stderr_sha256="",
+            files={},
+            failure_class="error",
+        )
+        return Pins(source=source, replayed=True, results=[broken]), [
+            f"pins were not replayed: {exc}"
+        ]
 
 
 def _identity(request: Request, before: gitstate.GitState, after: gitstate.GitState) -> Identity:

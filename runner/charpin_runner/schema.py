@@ -85,7 +85,10 @@ def _convert_dataclass(value: Any, cls: type, path: str, error: type[ConfigError
             kwargs[name] = _convert(value[name], hints[name], f"{path}.{name}", error)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise _fail(error, f"Object missing required field `{name}`", path)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # __post_init__ checks values the types cannot express
+        raise _fail(error, str(exc), path) from exc
 
 
 def _convert_union(value: Any, args: tuple[Any, ...], path: str, error: type[ConfigError]) -> Any:

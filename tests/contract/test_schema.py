@@ -60,6 +60,18 @@ BAD_TABLES = [
     ({"timeout": "soon"}, "at `$.tool.charpin.timeout`"),
     ({"pins": {"no_such": True}}, "unknown field `no_such` - at `$.tool.charpin.pins`"),
     ({"ledger": 3}, "Expected `str`, got `int` - at `$.tool.charpin.ledger`"),
+    (
+        {"timeout": -5},
+        "timeout must be a positive number of seconds, not -5.0 - at `$.tool.charpin`",
+    ),
+    (
+        {"watch": ["../up"]},
+        "watch root '../up' must be a relative path inside the repository - at `$.tool.charpin`",
+    ),
+    (
+        {"test_command": []},
+        "test_command must not be empty; leave it out for python -m pytest - at `$.tool.charpin`",
+    ),
 ]
 
 

@@ -25,9 +25,11 @@ RUNNER_PATH = str(Path(__file__).resolve().parents[2] / "runner")
 
 
 @pytest.fixture(autouse=True)
-def _runner_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+def _runner_importable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # The local box runs `python -m charpin_runner`; in a source checkout it is not installed.
     monkeypatch.setenv("PYTHONPATH", RUNNER_PATH)
+    # The clean box keeps its cache under XDG_CACHE_HOME: never the developer's real home.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
 
 
 def _run(repo: Path, *extra: str) -> tuple[int, dict[str, object], Path]:
@@ -160,6 +162,34 @@ def test_venv_is_cached_by_dependency_files(git_repo: Path, tmp_path: Path) -> N
     once("second")
     assert count.read_text() == "ran\n"
     assert not list((root / ".cache/charpin/runs").iterdir())  # run folders removed
+
+
+SETUP_SCRIPT = """\
+import site, sys
+open(sys.argv[1], "a").write("ran\\n")
+# Give the fresh venv the coordinator's pytest through a .pth file: no network needed.
+open(site.getsitepackages()[0] + "/outer.pth", "w").write(sys.argv[2])
+"""
+
+
+@pytest.mark.slow
+def test_clean_box_keeps_its_venv_between_runs(git_repo: Path, tmp_path: Path) -> None:
+    count = tmp_path / "setup-ran"
+    (git_repo / "venv_setup.py").write_text(SETUP_SCRIPT)
+    command = f"python venv_setup.py {count} {site.getsitepackages()[0]}"
+    (git_repo / "pyproject.toml").write_text(f"[tool.charpin]\nsetup = [{json.dumps(command)}]\n")
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-qm", "setup")
+    out = tmp_path / "runs"
+    for run_id in ("first", "second"):
+        argv = ["run", "--repo", str(git_repo), "--out", str(out), "--run-id", run_id]
+        assert main([*argv, "--hosts", "clean", "--json", "--timeout", "120"]) == 0
+        box = json.loads((out / run_id / "clean" / "box.json").read_text())
+        assert box["status"] == "evaluated", box
+    assert count.read_text() == "ran\n"  # setup ran once; the second run reused the venv
+    cache = tmp_path / "xdg-cache" / "charpin" / "clean-box" / ".cache" / "charpin"
+    assert len(list((cache / "venvs").glob("*/.ok"))) == 1
+    assert not list((cache / "runs").iterdir())  # each run's folder is still removed
 
 
 @pytest.mark.parametrize(

@@ -71,9 +71,15 @@ def test_one_receipt_is_vacuous(tmp_path, capsys):
     assert "vacuous: only 1 evaluated box(es): drift needs two" in capsys.readouterr().out
 
 
-def test_same_labels_stay_apart(tmp_path, capsys):
+def test_the_same_run_twice_is_refused(tmp_path, capsys):
+    a = write(tmp_path, make_receipt("box"))
+    assert main(["compare", str(a), str(a)]) == 64
+    assert "are the same run (box, run id" in capsys.readouterr().err
+
+
+def test_same_labels_from_different_runs_stay_apart(tmp_path, capsys):
     a = write(tmp_path, make_receipt("box"), "one")
-    b = write(tmp_path, make_receipt("box"), "two")
+    b = write(tmp_path, make_receipt("box", run_id="20261130T000001Z-other"), "two")
     assert main(["compare", "--json", str(a), str(b)]) == 0
     assert json.loads(capsys.readouterr().out)["groups"] == [["box", "box#2"]]
 
@@ -88,7 +94,10 @@ def test_unknown_baseline_and_missing_file_are_usage_or_integrity_errors(tmp_pat
 
 def _env() -> dict[str, str]:
     root = Path(__file__).parents[2]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(root / p) for p in ("runner", "coordinator"))}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(root / p) for p in ("runner", "coordinator")),
+    }
 
 
 def test_color_output_on_request_and_plain_when_piped(tmp_path):
@@ -121,3 +130,28 @@ def test_color_output_on_request_and_plain_when_piped(tmp_path):
     )
     assert "\x1b[" in colored.stdout
     assert "┏" in colored.stdout
+
+
+def test_control_characters_from_receipts_never_reach_the_terminal(tmp_path, capsys):
+    evil_id = "tests/test_a.py::test_x[\x1b[2J\nfake: PASS]"
+    ids = [evil_id]
+    evil = make_receipt(
+        "evil\x1b[31m",
+        **{
+            "collection.collected": ids,
+            "collection.selected": ids,
+            "collection.executed": ids,
+            "collection.order": ids,
+            "outcomes": {evil_id: "failed"},
+            "exit.status": 1,
+            "exit.interpretation": "failed",
+        },
+    )
+    a, b = write(tmp_path, make_receipt("a")), write(tmp_path, evil, "evil")
+    for flags in ([], ["--markdown"], ["--color", "always"]):
+        main(["compare", *flags, str(a), str(b)])
+        out = capsys.readouterr().out
+        assert "\x1b[2J" not in out
+        assert "\x1b[31m" not in out
+        assert "\nfake: PASS" not in out
+        assert "\\x1b[2J\\x0afake: PASS" in out

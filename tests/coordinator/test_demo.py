@@ -28,6 +28,7 @@ def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")])
     env["TMPDIR"] = str(tmp)
+    env["XDG_CACHE_HOME"] = str(tmp / "xdg-cache")  # the clean box's cache, off the real home
     return env
 
 

@@ -202,3 +202,35 @@ def test_bit_4_for_a_box_whose_run_was_cut_short(interpretation):
     rep = report(make_receipt("a"), make_receipt("b", **cut))
     assert rep.exit_code & 4
     assert "4 a box was not evaluated" in rep.exit_bits
+
+
+def test_a_broken_first_box_is_not_the_baseline():
+    hung = {
+        "exit.interpretation": "timed-out",
+        "exit.status": -15,
+        "collection.executed": IDS[:1],
+        "outcomes": {IDS[0]: "passed"},
+    }
+    rep = report(make_receipt("boxa", **hung), make_receipt("local"))
+    assert rep.baseline == "local"
+    parity = {(g.gate, g.box): g.status for g in rep.gates}
+    assert parity[("Collection parity", "local")] == "PASS"
+    assert parity[("Collection parity", "boxa")] == "FAIL"
+
+
+def test_a_box_on_another_commit_takes_the_blame_for_differing_fixtures():
+    other = FileState(FIXTURE.path, "file", 0o644, "c" * 64, None)
+    old = make_receipt(
+        "local",
+        **{
+            "identity.head_before": "0" * 40,
+            "identity.head_after": "0" * 40,
+            "fixtures.before": [other],
+            "fixtures.after": [other],
+        },
+    )
+    rep = report(old, make_receipt("clean"), expected_commit="1" * 40)
+    statuses = {(g.gate, g.box): g.status for g in rep.gates}
+    assert statuses[("Identity", "local")] == "FAIL"
+    assert statuses[("Fixture integrity", "clean")] == "PASS"
+    assert rep.baseline == "clean"

@@ -126,9 +126,23 @@ def test_fixture_difference_before_the_run_is_blamed_on_the_dirty_box():
     assert results[("Fixture integrity", "clean")].status == "PASS"
 
 
-def test_fixture_integrity_incomplete_without_roots():
+def test_fixture_integrity_incomplete_when_a_declared_root_is_missing():
     receipts = two(**{"fixtures.missing_roots": ["tests/fixtures"]})
-    assert gate(receipts, "Fixture integrity", "box").status == "INCOMPLETE"
+    result = gate(receipts, "Fixture integrity", "box")
+    assert result.status == "INCOMPLETE"
+    assert result.detail == "watched root(s) missing: tests/fixtures"
+    assert result.action == "declare existing fixture roots in [tool.charpin] watch"
+
+
+def test_fixture_integrity_passes_when_nothing_is_watched_and_says_so():
+    nothing = {"fixtures.roots": [], "fixtures.before": [], "fixtures.after": []}
+    result = gate(
+        [make_receipt("base", **nothing), make_receipt("box", **nothing)],
+        "Fixture integrity",
+        "box",
+    )
+    assert result.status == "PASS"
+    assert "no fixture roots watched" in result.detail
 
 
 def test_collection_parity_fails_when_a_test_vanishes():
@@ -198,6 +212,7 @@ def test_completeness_fails_even_when_the_box_says_ok(changes, needle):
 def test_completeness_incomplete(interpretation):
     result = gate(two(**{"exit.interpretation": interpretation}), "Completeness", "box")
     assert result.status == "INCOMPLETE"
+    assert "os._exit" not in result.action
 
 
 def _pins(status="passed", failure=None, ids=("p1",)):

@@ -71,3 +71,10 @@ def test_a_clean_receipt_with_many_ids_is_accepted():
         }
     )
     assert load_receipt(dumps(receipt), source="x").collection.collected == ids
+
+
+def test_legal_posix_names_are_accepted():
+    """Backslashes, colons, quotes, $ and ; are legal in POSIX names; only escapes are refused."""
+    names = ["back\\slash.txt", "C:notes.txt", "it's $HOME; rm -rf", "bad\\xff", "tests/a b.py"]
+    receipt = make_receipt(**{"tree.dirty_before": names, "tree.dirty_after": names})
+    assert load_receipt(dumps(receipt), source="x").tree.dirty_after == names

@@ -98,6 +98,29 @@ TABLE: list[tuple[str, Ending, ProbeData, Interpretation, str]] = [
         "failed",
         "probe: selected but never executed: t.py::c",
     ),
+    (
+        "conftest dropped items silently",
+        Ending(0),
+        probe(collected=[*IDS, "t.py::c"], dropped=["t.py::c"]),
+        "incomplete",
+        "1 collected test(s) were removed during collection without being reported as "
+        "deselected; report removed items through config.hook.pytest_deselected(items=...) "
+        "or deselect them with -k/-m/--deselect",
+    ),
+    (
+        "dropped items in a failing run",
+        Ending(1),
+        probe(**FAILED, collected=[*IDS, "t.py::c", "t.py::d"], dropped=["t.py::c", "t.py::d"]),
+        "incomplete",
+        "2 collected test(s) were removed",
+    ),
+    (
+        "deselected through the hook is fine",
+        Ending(0),
+        probe(collected=[*IDS, "t.py::c"], filtered=["t.py::c"]),
+        "ok",
+        "",
+    ),
     ("masked failure", Ending(0), probe(**{**FAILED, "pytest_status": 0}), "incomplete", "masked"),
     ("atexit rewrote status", Ending(0), probe(**FAILED), "incomplete", "rewritten (atexit"),
     ("atexit turned pass into 1", Ending(1), probe(), "incomplete", "status 0 but"),
@@ -163,4 +186,15 @@ def test_informational_notes_do_not_demote_and_repeats_are_dropped() -> None:
     )
     assert interpret(Ending(0), seen).reasons == [
         "the test session never finished: os._exit() or a crash"
+    ]
+
+
+def test_dropped_items_give_exactly_one_reason_line() -> None:
+    seen = probe(collected=[*IDS, "t.py::c", "t.py::d"], dropped=["t.py::c", "t.py::d"])
+    result = interpret(Ending(0), seen)
+    assert result.interpretation == "incomplete"
+    assert [line for line in result.reasons if "removed during collection" in line] == [
+        "2 collected test(s) were removed during collection without being reported as "
+        "deselected; report removed items through config.hook.pytest_deselected(items=...) "
+        "or deselect them with -k/-m/--deselect"
     ]

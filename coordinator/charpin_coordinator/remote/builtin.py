@@ -1,8 +1,11 @@
 """Coordinator side. The two built-in boxes: `local` (this working tree, in place) and `clean`.
 
-`clean` is a LocalTransport box in a temporary folder and goes through exactly the same shipping
-code as an SSH box (bundle, runner.pyz, fresh checkout), with a scrubbed environment; `local`
-runs `charpin receipt` in place, dirty state included, with this interpreter.
+`clean` is a LocalTransport box and goes through exactly the same shipping code as an SSH box
+(bundle, runner.pyz, fresh checkout), with a scrubbed environment and a fresh temporary HOME.
+Its cache (runners, repositories, venvs) lives in a persistent per-user folder, like an SSH box's
+`~/.cache/charpin`, so the second run does not rebuild its venv; each run's folder is still
+removed unless --keep. `local` runs `charpin receipt` in place, dirty state included, with this
+interpreter.
 """
 
 from __future__ import annotations
@@ -40,12 +43,26 @@ from charpin_coordinator.report import NotEvaluated
 _CLEAN_KEEP = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_TIME", "TZ", "TMPDIR")
 
 
-class _TempBox(LocalTransport):
-    """A LocalTransport whose folder is removed on close unless the run is kept."""
+def clean_cache_home() -> Path:
+    """The clean box's persistent cache root: $XDG_CACHE_HOME/charpin/clean-box (or ~/.cache)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # XDG: relative = unset
+    return base / "charpin" / "clean-box"
 
-    def __init__(self, name: str, root: Path, *, keep: bool, base_env: Mapping[str, str]):
+
+class _TempBox(LocalTransport):
+    """A LocalTransport in a temporary folder (removed on close unless kept) with a lasting cache."""
+
+    def __init__(
+        self, name: str, root: Path, *, keep: bool, base_env: Mapping[str, str], cache: Path
+    ):
         super().__init__(name, root, base_env=base_env)
         self._keep = keep
+        self._cache = cache
+
+    def home(self) -> str:
+        """The persistent cache root: runners, repos and venvs survive between runs."""
+        return str(self._cache)
 
     def close(self) -> None:
         """Remove the box folder (unless --keep)."""
@@ -66,10 +83,12 @@ def clean_target(
     """The `clean` box: a fresh folder on this machine, reached through LocalTransport."""
 
     def connect() -> LocalTransport:
+        cache = clean_cache_home()
+        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
         root = Path(tempfile.mkdtemp(prefix="charpin-clean-"))
         base = {k: v for k, v in os.environ.items() if k in _CLEAN_KEEP}
-        base["HOME"] = str(root)
-        return _TempBox(label, root, keep=keep, base_env=base)
+        base["HOME"] = str(root)  # tests on the clean box never see the user's dotfiles
+        return _TempBox(label, root, keep=keep, base_env=base, cache=cache)
 
     return BoxTarget(
         label=label,

@@ -15,12 +15,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
+from charpin_runner.errors import EXIT_NOT_EVALUATED, IntegrityError, UsageError
 
 from charpin_coordinator.config import load_config
 from charpin_coordinator.drift import build_report
+from charpin_coordinator.receipts import load_receipt
+from charpin_coordinator.redact import Redactor
 from charpin_coordinator.remote import results, snapshot
-from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, RunPlan, run_box
+from charpin_coordinator.remote.boxrun import (
+    MAX_RECEIPT_BYTES,
+    BoxOutcome,
+    BoxTarget,
+    RunPlan,
+    run_box,
+)
 from charpin_coordinator.remote.builtin import clean_target, run_local
 from charpin_coordinator.remote.bundle import runner_bundle
 from charpin_coordinator.remote.display import make_progress
@@ -34,7 +42,7 @@ from charpin_coordinator.remote.hosts import (
 from charpin_coordinator.remote.junit import to_junit
 from charpin_coordinator.remote.orchestrate import FanOut, Job, run_all
 from charpin_coordinator.render import encode_json, render_markdown, render_text
-from charpin_coordinator.report import DriftReport
+from charpin_coordinator.report import DriftReport, NotEvaluated
 
 DEFAULT_HOSTS = "local,clean"
 DEFAULT_TIMEOUT = 1800.0
@@ -149,16 +157,21 @@ def run_remote(args: argparse.Namespace) -> int:
         fan = run_all(jobs, max_workers=args.jobs, phase=progress.phase)
     for outcome in fan.outcomes:
         outcome.phases = progress.seconds.get(outcome.label, {})
+    # Secrets of this environment are masked before anything is written or printed (§8).
+    redactor = Redactor.from_env(os.environ)
+    for outcome in fan.outcomes:
+        _redact_outcome(outcome, redactor)
     report = _report(fan, baseline=args.baseline, commit=snap.commit)
     folder = results.write_run(
         out_dir,
         run_id,
         fan.outcomes,
         results.ReportFiles(
-            drift_json=encode_json(report), drift_md=render_markdown(report).encode()
+            drift_json=redactor.data(encode_json(report)),
+            drift_md=redactor.data(render_markdown(report).encode()),
         ),
     )
-    _emit(args, report, folder)
+    _emit(args, report, folder, redactor)
     return report.exit_code | (EXIT_NOT_EVALUATED if fan.interrupted else 0)
 
 
@@ -241,15 +254,39 @@ def _report(fan: FanOut, *, baseline: str | None, commit: str) -> DriftReport:
     return build_report(receipts, baseline=baseline, not_evaluated=missing, expected_commit=commit)
 
 
-def _emit(args: argparse.Namespace, report: DriftReport, folder: Path) -> None:
+def _redact_outcome(outcome: BoxOutcome, redactor: Redactor) -> None:
+    """Mask secrets in what one box gave back; a changed receipt is decoded again."""
+    outcome.stdout = redactor.data(outcome.stdout)
+    outcome.stderr = redactor.data(outcome.stderr)
+    ne = outcome.not_evaluated
+    if ne is not None:
+        outcome.not_evaluated = NotEvaluated(
+            label=ne.label, kind=ne.kind, reason=redactor.text(ne.reason)
+        )
+    raw = outcome.raw_receipt
+    if raw is None or outcome.receipt is None:
+        return
+    masked = redactor.data(raw)
+    if masked == raw:
+        return
+    outcome.raw_receipt = masked
+    try:
+        outcome.receipt = load_receipt(
+            masked, source=f"{outcome.label}:receipt.json", max_bytes=MAX_RECEIPT_BYTES
+        )
+    except IntegrityError:
+        pass  # keep the decoded original; every rendered output is masked again below
+
+
+def _emit(args: argparse.Namespace, report: DriftReport, folder: Path, redactor: Redactor) -> None:
     if args.markdown:
-        _write_file(args.markdown, render_markdown(report).encode())
+        _write_file(args.markdown, redactor.data(render_markdown(report).encode()))
     if args.junit:
-        _write_file(args.junit, to_junit(report))
+        _write_file(args.junit, redactor.data(to_junit(report)))
     if args.json:
-        sys.stdout.buffer.write(encode_json(report))
+        sys.stdout.buffer.write(redactor.data(encode_json(report)))
     else:
-        sys.stdout.write(render_text(report, color=sys.stdout.isatty()))
+        sys.stdout.write(redactor.text(render_text(report, color=sys.stdout.isatty())))
         sys.stdout.write(f"run folder: {_shown(folder)}\n")
     sys.stdout.flush()
 
