@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
@@ -133,7 +133,7 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     if ledger_sha and run.probe.ledger.sha256 and run.probe.ledger.sha256 != ledger_sha:
         reasons.append("the ledger the probe read differs from the one charpin hashed before")
     ending = Ending(run.ending.status, run.ending.timed_out, stop.requested, request.timeout)
-    return Receipt(
+    receipt = Receipt(
         schema_version=SCHEMA_VERSION,
         run_id=request.run_id,
         label=request.label,
@@ -152,6 +152,31 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         exit=interpret(ending, run.probe, tuple(reasons)),
         environment=_environment(request, run.probe),
     )
+    # Test ids, conftest paths and notes come from the child and may carry undecodable bytes
+    # from file names; the receipt must be valid UTF-8 JSON, so they get the paths' escape.
+    return cast(Receipt, utf8_safe(receipt))
+
+
+def utf8_safe(value: Any) -> Any:
+    """value (dataclasses, lists, dicts, strings) with every string made encodable as UTF-8:
+    an undecodable file-name byte (a surrogate escape) becomes `\\xNN`, as fixtures.printable
+    does for paths; any other lone surrogate becomes `\\udNNN`. Clean strings are unchanged."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                return fixtures.printable(value)
+            except UnicodeEncodeError:
+                return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, list):
+        return [utf8_safe(item) for item in value]
+    if isinstance(value, dict):
+        return {utf8_safe(k): utf8_safe(v) for k, v in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(value, **{f.name: utf8_safe(getattr(value, f.name)) for f in fields(value)})
+    return value
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,94 @@ def test_venv_is_cached_by_dependency_files(git_repo: Path, tmp_path: Path) -> N
     assert not list((root / ".cache/charpin/runs").iterdir())  # run folders removed
 
 
+@pytest.mark.slow
+def test_local_with_another_commit_warns_and_still_runs(
+    git_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = git(git_repo, "rev-parse", "HEAD")
+    (git_repo / "NOTES").write_text("later\n")
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-qm", "later")
+    code, report, _ = _run(git_repo, "--commit", old)
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]
+    assert len(warnings) == 1
+    assert "local runs the working tree at HEAD" in warnings[0] and old[:12] in warnings[0]
+    assert "Identity" in warnings[0]
+    assert _gate(report, "Identity", "local") == "FAIL"  # still run: the gate shows it
+    assert _gate(report, "Identity", "clean") == "PASS"
+    assert code & 2  # a blocking gate
+
+
+def test_local_at_head_by_name_does_not_warn(
+    git_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    head = git(git_repo, "rev-parse", "HEAD")
+    _run(git_repo, "--commit", head, "--hosts", "local")
+    assert "warning" not in capsys.readouterr().err
+
+
+def _bare_python() -> str:
+    bare = "/usr/bin/python3"
+    if not Path(bare).exists() or subprocess.run(
+        [bare, "-c", "import pytest"], capture_output=True, check=False
+    ).returncode == 0:
+        pytest.skip(f"needs a {bare} without pytest")
+    return bare
+
+
+def test_hosts_check_defaults_to_local_and_clean(
+    git_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["hosts", "check", "--repo", str(git_repo)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert {line.split("]")[0] + "]" for line in lines} == {"[local]", "[clean]"}
+    assert "[clean] ok  pytest: pytest imports (no setup commands for this box)" in lines
+
+
+def test_hosts_check_refuses_a_python_without_pytest_when_no_setup(
+    git_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = _bare_python()
+    (git_repo / "pyproject.toml").write_text(f'[tool.charpin.hosts.clean]\npython = "{bare}"\n')
+    assert main(["hosts", "check", "--repo", str(git_repo), "--hosts", "clean"]) == 4
+    [bad] = [ln for ln in capsys.readouterr().out.splitlines() if " BAD " in ln]
+    assert bad.startswith(f"[clean] BAD pytest: {bare} on clean cannot import pytest")
+    assert 'add setup = ["pip install pytest"]' in bad and "or install pytest" in bad
+
+
+def test_hosts_check_does_not_ask_for_pytest_when_setup_installs_it(
+    git_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = _bare_python()
+    (git_repo / "pyproject.toml").write_text(
+        f'[tool.charpin]\nsetup = ["pip install pytest"]\n'
+        f'[tool.charpin.hosts.clean]\npython = "{bare}"\n'
+    )
+    assert main(["hosts", "check", "--repo", str(git_repo), "--hosts", "clean"]) == 0
+    assert "pytest" not in capsys.readouterr().out
+
+
+NO_SSH_STACK = """\
+import sys
+from charpin_coordinator.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("paramiko", "fabric", "invoke"))
+print("HEAVY", heavy, "CODE", code)
+"""
+
+
+@pytest.mark.parametrize("command", [["run", "--hosts", "local,clean", "-q"], ["hosts", "check"]])
+def test_builtin_boxes_never_import_the_ssh_stack(git_repo: Path, command: list[str]) -> None:
+    argv = [sys.executable, "-c", NO_SSH_STACK, *command, "--repo", str(git_repo)]
+    if command[0] == "run":
+        argv += ["--out", str(git_repo.parent / "runs"), "--json"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([RUNNER_PATH, str(Path(RUNNER_PATH).parent / "coordinator")])
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("HEAVY")]
+    assert line == "HEAVY [] CODE 0", done.stderr
+
+
 SETUP_SCRIPT = """\
 import site, sys
 open(sys.argv[1], "a").write("ran\\n")
@@ -183,7 +271,8 @@ def test_clean_box_keeps_its_venv_between_runs(git_repo: Path, tmp_path: Path) -
     out = tmp_path / "runs"
     for run_id in ("first", "second"):
         argv = ["run", "--repo", str(git_repo), "--out", str(out), "--run-id", run_id]
-        assert main([*argv, "--hosts", "clean", "--json", "--timeout", "120"]) == 0
+        code = main([*argv, "--hosts", "clean", "--json", "--timeout", "120"])
+        assert code == 16  # one box is a vacuous comparison, and nothing else went wrong
         box = json.loads((out / run_id / "clean" / "box.json").read_text())
         assert box["status"] == "evaluated", box
     assert count.read_text() == "ran\n"  # setup ran once; the second run reused the venv
@@ -260,15 +349,7 @@ def test_box_reporting_another_tree_is_a_snapshot_integrity_failure(
 
 
 def test_box_python_without_pytest_and_no_setup_names_the_fix(git_repo: Path) -> None:
-    bare = "/usr/bin/python3"
-    if (
-        not Path(bare).exists()
-        or subprocess.run(
-            [bare, "-c", "import pytest"], capture_output=True, check=False
-        ).returncode
-        == 0
-    ):
-        pytest.skip(f"needs a {bare} without pytest")
+    bare = _bare_python()
     (git_repo / "pyproject.toml").write_text(f'[tool.charpin.hosts.clean]\npython = "{bare}"\n')
     git(git_repo, "add", "-A")
     git(git_repo, "commit", "-qm", "bare python")

@@ -12,6 +12,7 @@ import pytest
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.receipts import read_receipt_file
 from charpin_coordinator.remote.demo import STALE_PATHS, DemoRepo, build_demo_repo, explain
+from charpin_coordinator.remote.demo_cli import demo_verdict
 from charpin_runner.errors import CharpinError
 from charpin_runner.receipt import Receipt
 
@@ -28,7 +29,7 @@ def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")])
     env["TMPDIR"] = str(tmp)
-    env["XDG_CACHE_HOME"] = str(tmp / "xdg-cache")  # the clean box's cache, off the real home
+    env["XDG_CACHE_HOME"] = str(tmp.parent / "xdg-cache")  # the clean box's cache, off the real home
     return env
 
 
@@ -170,8 +171,12 @@ def _demo(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str]
 @pytest.mark.slow
 def test_demo_command_catches_the_stale_fixture_and_cleans_up(tmp_path: Path) -> None:
     done, area = _demo(tmp_path)
-    assert done.returncode == 3, done.stderr  # 1 tests failed (on local) | 2 drift
+    assert done.returncode == 0, done.stdout + done.stderr  # it caught what it planted
     out = done.stdout
+    [verdict] = [ln for ln in out.splitlines() if ln.startswith("the run itself exited")]
+    assert verdict.startswith("the run itself exited 3 (1 ")  # 1 tests failed | 2 drift
+    assert verdict.endswith("that is what it is meant to catch")
+    assert "run folder:" not in out  # it is removed with the example: never show it
     assert "Clean tree" in out and "FAIL" in out  # the run's own report
     _, explanation = out.split("What the demo caught:\n")
     lines = [line for line in explanation.splitlines() if line.startswith("  ")]
@@ -187,13 +192,15 @@ def test_demo_command_control_run_catches_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "What the demo caught" not in done.stdout
     assert "Nothing was caught" in done.stdout
+    assert "the run itself exited" not in done.stdout and "NOT caught" not in done.stdout
     assert list(area.iterdir()) == []
 
 
 @pytest.mark.slow
 def test_demo_command_keep_prints_the_kept_repository(tmp_path: Path) -> None:
     done, area = _demo(tmp_path, "--keep")
-    assert done.returncode == 3, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "run folder:" in done.stdout
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("kept the example")]
     kept = Path(line.split(": ", 1)[1])
     assert kept.parent.parent == area
@@ -226,3 +233,15 @@ def test_demo_needs_pytest_in_this_interpreter(tmp_path: Path) -> None:
     assert done.returncode == 64
     assert "cannot import; install it (pip install pytest)" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_verdict_succeeds_only_when_the_planted_drift_is_caught() -> None:
+    bits = ["1 tests failed", "2 drift or a gate blocked"]
+    code, line = demo_verdict(["local ran with ...", "which broke ..."], 3, bits, stale=True)
+    assert code == 0 and "exited 3 (1 tests failed; 2 drift" in line
+    code, line = demo_verdict([], 1, bits[:1], stale=True)  # nothing explained: not caught
+    assert code == 1 and "NOT caught" in line and "exited 1" in line
+    code, line = demo_verdict(["an explanation"], 1, bits[:1], stale=True)  # no drift bit
+    assert code == 1 and "NOT caught" in line
+    assert demo_verdict([], 0, [], stale=False) == (0, "")  # the control run keeps its code
+    assert demo_verdict([], 4, ["4 a box was not evaluated"], stale=False) == (4, "")

@@ -359,8 +359,28 @@ def test_hosts_check_prints_one_line_per_box_and_check(
     box = sshd_factory(name="chk", alias="chk")
     dead = "Host dead\n    HostName 127.0.0.1\n    Port 1\n    User root\n"
     config = _ssh_config(tmp_path, [box], dead)
-    assert main(["hosts", "check", "--hosts", "chk", "--ssh-config", str(config)]) == 0
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[tool.charpin]\nsetup = ["pip install pytest"]\n')
+    check = ["hosts", "check", "--ssh-config", str(config), "--repo", str(project)]
+    assert main([*check, "--hosts", "chk"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines and all(line.startswith("[chk] ok ") for line in lines)
-    assert main(["hosts", "check", "--hosts", "chk,dead", "--ssh-config", str(config)]) == 4
+    assert main([*check, "--hosts", "chk,dead"]) == 4
     assert "[dead] BAD reach" in capsys.readouterr().out
+
+
+def test_hosts_check_says_bad_when_run_would_lack_pytest(
+    sshd_factory: SshdFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    box = sshd_factory(name="nopy", alias="nopy")
+    bare = "/usr/bin/python3"
+    if subprocess.run([bare, "-c", "import pytest"], capture_output=True).returncode == 0:
+        pytest.skip(f"needs a {bare} without pytest")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(f'[tool.charpin.hosts.nopy]\npython = "{bare}"\n')
+    argv = ["hosts", "check", "--hosts", "nopy", "--repo", str(project)]
+    assert main([*argv, "--ssh-config", str(_ssh_config(tmp_path, [box]))]) == 4
+    [bad] = [ln for ln in capsys.readouterr().out.splitlines() if " BAD " in ln]
+    assert bad.startswith(f"[nopy] BAD pytest: {bare} on nopy cannot import pytest")

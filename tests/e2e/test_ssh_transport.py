@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -137,6 +140,10 @@ def test_changed_host_key_is_refused_with_both_fingerprints(
     assert f"host key CHANGED for [127.0.0.1]:{ssh_box.port}" in message
     assert f"expected {wrong}, got {ssh_box.fingerprint}" in message
     assert str(ssh_box.known_hosts) in message
+    # The advice removes the old key from the file that holds it, not ~/.ssh/known_hosts.
+    endpoint = shlex.quote(f"[127.0.0.1]:{ssh_box.port}")
+    remove = f"ssh-keygen -R {endpoint} -f {shlex.quote(str(ssh_box.known_hosts))}"
+    assert message.endswith(f"remove the old line ({remove})")
     assert ssh_box.known_hosts.read_bytes() == before
 
 
@@ -178,6 +185,48 @@ def test_wrong_client_key_is_an_auth_failure_and_not_retried(
     assert caught.value.kind == "auth"
     assert caught.value.attempts == 1
     assert str(caught.value).startswith("box: authentication failed")
+
+
+@pytest.fixture
+def agent_socket(tmp_path: Path) -> Iterator[str]:
+    """A private ssh-agent of this test (never the developer's: conftest drops SSH_AUTH_SOCK)."""
+    sock = str(tmp_path / "agent.sock")
+    proc = subprocess.Popen(
+        ["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(100):
+            if Path(sock).exists():
+                break
+            time.sleep(0.05)
+        yield sock
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_agent_authenticates_when_identities_only_is_off(
+    ssh_box: SshBox, tmp_path: Path, agent_socket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"SSH_AUTH_SOCK": agent_socket, "PATH": os.environ["PATH"]}
+    subprocess.run(["ssh-add", "-q", str(ssh_box.key_path)], env=env, check=True, timeout=30)
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    # The configured key is not authorized; only the agent holds the authorized one.
+    text = ssh_box.ssh_config.read_text().replace(str(ssh_box.key_path), str(stranger))
+    ssh_box.ssh_config.write_text(text.replace("IdentitiesOnly yes", "IdentitiesOnly no"))
+    monkeypatch.setenv("SSH_AUTH_SOCK", agent_socket)
+    with open_box(spec_of(ssh_box)) as box:
+        assert box.run(["echo", "in"], timeout=10).stdout == b"in\n"
+        # ...and the agent is not forwarded: the box's session has no agent socket.
+        probe = box.run(["sh", "-c", 'echo "[${SSH_AUTH_SOCK:-}]"'], timeout=10)
+        assert probe.stdout == b"[]\n"
+    # With IdentitiesOnly yes (as ssh, only the configured key counts) the agent stays out.
+    ssh_box.ssh_config.write_text(text)
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec_of(ssh_box)):
+            pass
+    assert caught.value.kind == "auth"
 
 
 def test_files_move_without_an_sftp_subsystem(sshd_factory: SshdFactory) -> None:

@@ -241,3 +241,188 @@ def test_a_repository_without_commits_is_refused(tmp_path: Path) -> None:
     result = charpin(repo)
     assert result.returncode == 64
     assert "has no commit" in result.stderr
+
+
+def plain_repo(tmp_path: Path, **files: str) -> Path:
+    """A committed repository with one passing test and no tests/fixtures folder."""
+    return make_repo(tmp_path / "plain", {"tests/test_a.py": "def test_a():\n    pass\n", **files})
+
+
+def test_default_fixture_root_that_does_not_exist_is_not_missing(tmp_path: Path) -> None:
+    repo = plain_repo(tmp_path, **{"pyproject.toml": "[tool.charpin]\ntimeout = 60\n"})
+    result = charpin(repo, "--no-pins")
+    assert result.returncode == 0, result.stderr
+    fixtures = only_receipt(repo)["fixtures"]
+    assert (fixtures["roots"], fixtures["missing_roots"]) == ([], [])
+    assert "fixtures  none watched: 0 files · unchanged" in result.stdout
+
+
+def test_default_root_from_config_json_without_watch_is_not_missing(tmp_path: Path) -> None:
+    repo = plain_repo(tmp_path)
+    settings = tmp_path / "config.json"
+    settings.write_text(json.dumps({"timeout": 60}))
+    result = charpin(repo, "--config-json", str(settings), "--no-pins")
+    assert result.returncode == 0, result.stderr
+    fixtures = only_receipt(repo)["fixtures"]
+    assert (fixtures["roots"], fixtures["missing_roots"]) == ([], [])
+
+
+@pytest.mark.parametrize("watch", [["tests/fixtures"], ["golden", "tests/fixtures"]])
+def test_explicit_fixture_root_that_does_not_exist_stays_missing(
+    tmp_path: Path, watch: list[str]
+) -> None:
+    repo = plain_repo(tmp_path, **{"pyproject.toml": f"[tool.charpin]\nwatch = {watch!r}\n"})
+    result = charpin(repo, "--no-pins")
+    assert result.returncode == 0, result.stderr
+    fixtures = only_receipt(repo)["fixtures"]
+    assert fixtures["roots"] == fixtures["missing_roots"] == sorted(watch)
+    assert "missing roots" in result.stdout
+
+
+def test_explicit_root_in_config_json_that_does_not_exist_stays_missing(tmp_path: Path) -> None:
+    repo = plain_repo(tmp_path)
+    settings = tmp_path / "config.json"
+    settings.write_text(json.dumps({"watch": ["tests/fixtures"]}))
+    result = charpin(repo, "--config-json", str(settings), "--no-pins")
+    assert result.returncode == 0, result.stderr
+    assert only_receipt(repo)["fixtures"]["missing_roots"] == ["tests/fixtures"]
+
+
+def test_an_unknown_option_before_double_dash_is_a_usage_error(git_repo: Path) -> None:
+    result = charpin(git_repo, "--lable", "x", "--", "-k", "test_vat")
+    assert result.returncode == 64
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "--lable x" in result.stderr and "Traceback" not in result.stderr
+    assert not (git_repo / ".charpin").exists()
+    assert "test session starts" not in result.stdout
+
+
+def test_pytest_options_without_double_dash_are_refused(git_repo: Path) -> None:
+    result = charpin(git_repo, "-k", "test_vat")
+    assert result.returncode == 64
+    assert "unrecognized arguments: -k test_vat" in result.stderr
+    assert not (git_repo / ".charpin").exists()
+
+
+def test_options_before_double_dash_and_pytest_args_after(git_repo: Path) -> None:
+    add_test(git_repo, "test_invoices.py", "def test_invoices():\n    pass\n")
+    result = charpin(git_repo, "--label", "x", "-o", "a.json", "--", "-k", "invoices")
+    assert result.returncode == 0, result.stderr
+    receipt = json.loads((git_repo / "a.json").read_text())
+    assert receipt["label"] == "x"
+    assert receipt["collection"]["executed"] == ["tests/test_invoices.py::test_invoices"]
+    assert receipt["command"][-2:] == ["-k", "invoices"]
+
+
+def test_a_receipt_written_inside_the_repository_gets_one_warning(git_repo: Path) -> None:
+    result = charpin(git_repo, "-o", "receipts/box.json")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "charpin: warning: receipts/box.json is inside the repository, so the next receipt "
+        "will count it as an uncommitted file; write receipts outside the tree or under .charpin/"
+    ]
+    assert (git_repo / "receipts" / "box.json").is_file()
+    # The warning is true: the next receipt sees the first one as an untracked file.
+    assert charpin(git_repo, "-o", str(git_repo / ".charpin" / "two.json")).returncode == 0
+    second = json.loads((git_repo / ".charpin" / "two.json").read_text())
+    assert second["tree"]["dirty_before"] == ["receipts/box.json"]
+
+
+@pytest.mark.parametrize("where", ["outside", ".charpin/mine/box.json", "default"])
+def test_receipts_outside_the_tree_or_under_charpin_are_not_warned(
+    git_repo: Path, tmp_path: Path, where: str
+) -> None:
+    flags = {
+        "outside": ["-o", str(tmp_path / "box.json")],
+        "default": [],
+    }.get(where, ["-o", where])
+    result = charpin(git_repo, *flags)
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr
+
+
+def pinned_repo(tmp_path: Path) -> Path:
+    """A repository with one passing test and one pin recorded by `charpin pins record`."""
+    repo = plain_repo(tmp_path, **{"greet.py": "print('hello')\n", "other.py": "print(1)\n"})
+    for pin_id, script in (("greet", "greet.py"), ("other", "other.py")):
+        recorded = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "charpin_runner",
+                "pins",
+                "record",
+                "--id",
+                pin_id,
+                "--",
+                script,
+            ],
+            cwd=repo,
+            env=charpin_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert recorded.returncode == 0, recorded.stderr
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "pins")
+    return repo
+
+
+def test_passing_pins_get_a_sixth_summary_line_and_exit_0(tmp_path: Path) -> None:
+    repo = pinned_repo(tmp_path)
+    result = charpin(repo)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "pins      2 passed · 0 drifted"
+    statuses = {r["id"]: r["status"] for r in only_receipt(repo)["pins"]["results"]}
+    assert statuses == {"greet": "passed", "other": "passed"}
+
+
+def test_a_drifted_pin_is_named_and_sets_exit_bit_2(tmp_path: Path) -> None:
+    repo = pinned_repo(tmp_path)
+    (repo / "greet.py").write_text("print('goodbye')\n")
+    git(repo, "commit", "-qam", "drift")
+    result = charpin(repo)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout.splitlines()[-1] == "pins      1 passed · 1 drifted (greet)"
+    receipt = only_receipt(repo)
+    assert receipt["exit"]["interpretation"] == "ok"
+    assert {r["id"]: r["status"] for r in receipt["pins"]["results"]}["greet"] == "failed"
+
+
+def test_a_drifted_pin_adds_bit_2_to_failed_tests(tmp_path: Path) -> None:
+    repo = pinned_repo(tmp_path)
+    (repo / "greet.py").write_text("print('goodbye')\n")
+    (repo / "tests" / "test_b.py").write_text("def test_b():\n    assert False\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "drift and fail")
+    result = charpin(repo, "-q")
+    assert result.returncode == 1 | 2, result.stderr
+
+
+def test_a_corrupt_pins_file_is_an_errored_pin(tmp_path: Path) -> None:
+    repo = pinned_repo(tmp_path)
+    with (repo / "pins.jsonl").open("a") as handle:
+        handle.write('{"id": broken\n')
+    git(repo, "commit", "-qam", "corrupt")
+    result = charpin(repo)
+    assert result.returncode & 2, result.stderr
+    assert result.stdout.splitlines()[-1] == "pins      0 passed · 0 drifted · 1 errored (<pins>)"
+    assert "charpin: pins were not replayed: pins.jsonl line 3" in result.stderr
+    assert only_receipt(repo)["pins"] == {
+        "source": "pins.jsonl",
+        "replayed": True,
+        "results": [
+            {
+                "id": "<pins>",
+                "status": "error",
+                "exit_code": None,
+                "stdout_sha256": "",
+                "stderr_sha256": "",
+                "files": {},
+                "failure_class": "error",
+            }
+        ],
+    }

@@ -253,3 +253,138 @@ def test_a_test_that_breaks_the_repository_still_gets_a_receipt(tmp_path: Path) 
     assert receipt["tree"]["dirty_digest_after"] == "unresolved"
     assert receipt["exit"]["interpretation"] == "incomplete"
     assert any(r.startswith("after the run, git") for r in receipt["exit"]["reasons"])
+
+
+def test_a_conftest_that_drops_items_silently_makes_the_run_incomplete(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "tests/conftest.py": (
+                "def pytest_collection_modifyitems(config, items):\n    items[:] = items[:1]\n"
+            ),
+            "tests/test_many.py": "def test_a():\n    pass\ndef test_b():\n    pass\n"
+            "def test_c():\n    pass\n",
+        },
+    )
+    result = charpin(repo, "--no-pins")
+    assert result.returncode == 2, result.stderr
+    receipt = only_receipt(repo)
+    assert receipt["collection"]["dropped"] == [
+        "tests/test_many.py::test_b",
+        "tests/test_many.py::test_c",
+    ]
+    assert receipt["exit"]["interpretation"] == "incomplete"
+    reason = (
+        "2 collected test(s) were removed during collection without being reported as "
+        "deselected; report removed items through config.hook.pytest_deselected(items=...) "
+        "or deselect them with -k/-m/--deselect"
+    )
+    assert [r for r in receipt["exit"]["reasons"] if "removed during collection" in r] == [reason]
+    assert f"charpin: {reason}" in result.stderr.splitlines()
+
+
+def test_a_conftest_that_reports_what_it_removes_stays_ok(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "tests/conftest.py": (
+                "def pytest_collection_modifyitems(config, items):\n"
+                "    config.hook.pytest_deselected(items=items[1:])\n"
+                "    items[:] = items[:1]\n"
+            ),
+            "tests/test_many.py": "def test_a():\n    pass\ndef test_b():\n    pass\n",
+        },
+    )
+    result = charpin(repo, "--no-pins")
+    assert result.returncode == 0, result.stderr
+    assert only_receipt(repo)["collection"]["dropped"] == []
+
+
+HOSTILE_NAMES = {
+    "backslash": b"back\\slash.txt",
+    "newline": b"new\nline.txt",
+    "quote": b'it\'s "quoted".txt',
+    "shell": b"$HOME;rm -rf x.txt",
+}
+
+
+def test_hostile_file_names_give_a_receipt_the_coordinator_accepts(tmp_path: Path) -> None:
+    from charpin_coordinator.receipts import read_receipt_file
+
+    repo = hostile_repo(tmp_path, "def test_ok():\n    pass\n")
+    top = os.fsencode(repo)
+    for raw in HOSTILE_NAMES.values():
+        with open(os.path.join(top, raw), "wb") as handle:  # untracked, dirty
+            handle.write(b"x")
+    fixtures = os.path.join(top, b"tests", b"fixtures")
+    for raw in (b"bad\xff", *HOSTILE_NAMES.values()):
+        with open(os.path.join(fixtures, raw), "wb") as handle:
+            handle.write(b"y")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not a fixture")
+    os.symlink(os.fsencode(outside), os.path.join(fixtures, b"out\xfe"))
+    out = tmp_path / "receipt.json"
+    result = charpin(repo, "-o", str(out), "--no-pins")
+    assert result.returncode == 0, result.stderr
+    raw_receipt = out.read_bytes()
+    data = json.loads(raw_receipt.decode("utf-8"))  # strict UTF-8: no lone surrogates
+    # One escape everywhere: an undecodable byte becomes a backslash escape, like \xff.
+    shown = {name: raw.decode("utf-8") for name, raw in HOSTILE_NAMES.items()}
+    assert sorted(data["tree"]["dirty_before"]) == sorted(
+        [*shown.values(), "tests/fixtures/bad\\xff", "tests/fixtures/out\\xfe"]
+        + [f"tests/fixtures/{s}" for s in shown.values()]
+    )
+    assert data["tree"]["written"] == []
+    paths = {f["path"] for f in data["fixtures"]["after"]}
+    assert "tests/fixtures/bad\\xff" in paths
+    assert {f"tests/fixtures/{s}" for s in shown.values()} <= paths
+    assert data["fixtures"]["escaping_symlinks"] == ["tests/fixtures/out\\xfe"]
+    receipt = read_receipt_file(out)
+    assert "back\\slash.txt" in receipt.tree.dirty_before
+    assert "tests/fixtures/bad\\xff" in {f.path for f in receipt.fixtures.after}
+
+
+def test_hostile_names_written_by_a_test_are_escaped_the_same_way(tmp_path: Path) -> None:
+    from charpin_coordinator.receipts import read_receipt_file
+
+    body = (
+        "def test_write():\n"
+        "    for raw in (b'tests/fixtures/bad\\xff', b'tests/fixtures/back\\\\slash',"
+        " b'new\\nline'):\n"
+        "        open(raw, 'wb').write(b'z')\n"
+    )
+    repo = hostile_repo(tmp_path, body)
+    out = tmp_path / "receipt.json"
+    result = charpin(repo, "-o", str(out), "--no-pins")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_bytes().decode("utf-8"))
+    expected = ["new\nline", "tests/fixtures/back\\slash", "tests/fixtures/bad\\xff"]
+    assert data["tree"]["written"] == expected
+    assert data["fixtures"]["added"] == expected[1:]
+    read_receipt_file(out)
+
+
+def test_a_test_id_with_an_undecodable_byte_is_escaped_everywhere(tmp_path: Path) -> None:
+    from charpin_coordinator.receipts import read_receipt_file
+
+    repo = hostile_repo(tmp_path, "def test_ok():\n    pass\n")
+    folder = os.path.join(os.fsencode(repo), b"tests", b"bad\xff")
+    os.mkdir(folder)
+    with open(os.path.join(folder, b"test_x.py"), "wb") as handle:
+        handle.write(b"def test_a():\n    pass\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "odd folder")
+    out = tmp_path / "receipt.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "charpin_runner", "receipt", "-o", str(out), "--no-pins"],
+        cwd=repo,
+        env=charpin_env(),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_bytes().decode("utf-8"))
+    odd = "tests/bad\\xff/test_x.py::test_a"
+    assert odd in data["collection"]["executed"] and data["outcomes"][odd] == "passed"
+    assert odd in read_receipt_file(out).outcomes

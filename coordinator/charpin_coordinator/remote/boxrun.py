@@ -151,20 +151,25 @@ class _Pipeline:
 
     def _prepare(self) -> dict[str, Any]:
         setup = self._setup_commands()
+        # One round trip: the box finds its home (SSH) and cache state and stores the config.
+        home = "" if getattr(self.box, "home_on_box", False) else self.box.home()
         done = self.box.run(
             [
                 self.python,
                 "-I",
                 "-c",
                 PREP,
-                self.box.home(),
+                home,
                 self.plan.run_id,
                 self.target.folder,
                 self.plan.repo_key,
                 self.plan.runner.name,
                 "1" if setup else "0",
+                self.plan.snap.commit,
+                str(snapshot.MAX_HAVES),
             ],
             timeout=_STEP_TIMEOUT,
+            stdin=json.dumps(dict(self.plan.config_table)).encode(),
         )
         if done.returncode != 0 or not done.stdout.strip():
             raise StepError("unsupported-box", _unsupported(self.target, done.stderr))
@@ -177,11 +182,8 @@ class _Pipeline:
     def _ship(self, prep: dict[str, Any]) -> str | None:
         if prep["runner_sha256"] != self.plan.runner.sha256:
             self.box.put(self.plan.runner.data, self.paths["runner"])
-        self.box.put(json.dumps(dict(self.plan.config_table)).encode(), self.paths["config"])
         snap = self.plan.snap
-        has, haves = snapshot.box_haves(
-            self.box, self.python, self.paths["cache_repo"], snap.commit
-        )
+        has, haves = bool(prep["has"]), [str(sha) for sha in prep["haves"]]
         bundle = None if has else snapshot.build_bundle(snap, haves)
         if bundle is not None:
             self.box.put(bundle.data, self.paths["bundle"])
@@ -397,9 +399,11 @@ def _tail(data: bytes, lines: int = 6) -> str:
 
 # Box-side scripts: stdlib only, Python >= 3.9, run as `python3 -I -c SCRIPT ARGS...`.
 
-PREP = r"""
+PREP = snapshot.BOX_HAVES_DEF + r"""
 import hashlib, importlib.util, json, os, shutil, sys
-home, run_id, folder, repo_key, runner_name, need_venv = sys.argv[1:7]
+home, run_id, folder, repo_key, runner_name, need_venv, commit, limit = sys.argv[1:9]
+config = sys.stdin.buffer.read()
+home = home or os.path.expanduser("~")  # SSH boxes: no separate round trip for $HOME
 def report(problem="", **extra):
     print(json.dumps(dict(problem=problem, **extra)))
     sys.exit(0)
@@ -428,8 +432,11 @@ names = {"src": "src", "config": "config.json", "receipt": "receipt.json", "stdo
 paths = {key: os.path.join(run, name) for key, name in names.items()}
 paths.update(run=run, runner=runner, venvs=os.path.join(root, "venvs"),
              cache_repo=os.path.join(root, "repos", repo_key + ".git"))
+with open(paths["config"], "wb") as handle:
+    handle.write(config)
+has, haves = box_haves(paths["cache_repo"], commit, int(limit))
 report(paths=paths, runner_sha256=sha, has_pytest=importlib.util.find_spec("pytest") is not None,
-       python=sys.version.split()[0])
+       python=sys.version.split()[0], has=has, haves=haves)
 """
 
 SETUP = r"""

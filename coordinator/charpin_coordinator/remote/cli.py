@@ -60,7 +60,12 @@ def add_parsers(sub: Any) -> None:
         help="preflight: reach, host key, python, git, disk",
         description="Check every box once. Exit 0 when all are fine, 4 when any is not.",
     )
-    check.add_argument("--hosts", required=True, metavar="A,B", help="boxes to check")
+    check.add_argument(
+        "--hosts",
+        default=DEFAULT_HOSTS,
+        metavar="A,B",
+        help=f"boxes to check (default {DEFAULT_HOSTS}, like run)",
+    )
     check.add_argument("--ssh-config", type=Path, metavar="FILE", help="ssh_config to read")
     check.add_argument(
         "--accept-new",
@@ -131,6 +136,7 @@ def run_remote(args: argparse.Namespace) -> int:
     repo = _toplevel(args.repo)
     names = parse_host_list(args.hosts)
     snap = snapshot.resolve(repo, args.commit)
+    _warn_local_commit(repo, names, args.commit, snap.commit)
     loaded = load_config(repo, rev=snap.commit)
     specs = resolve_hosts(
         names, ssh_config=args.ssh_config, extras=decode_host_extras(loaded.hosts)
@@ -173,6 +179,19 @@ def run_remote(args: argparse.Namespace) -> int:
     )
     _emit(args, report, folder, redactor)
     return report.exit_code | (EXIT_NOT_EVALUATED if fan.interrupted else 0)
+
+
+def _warn_local_commit(repo: Path, names: list[str], rev: str, commit: str) -> None:
+    """`local` runs the working tree as it is: say so when --commit asks for another commit."""
+    if "local" not in names or rev == "HEAD":
+        return
+    head = snapshot.resolve(repo, "HEAD").commit
+    if head != commit:
+        sys.stderr.write(
+            f"charpin-remote: warning: local runs the working tree at HEAD {head[:12]}, not "
+            f"--commit {rev} ({commit[:12]}), so its Identity gate will fail; drop local from "
+            "--hosts to compare only shipped snapshots\n"
+        )
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -287,7 +306,8 @@ def _emit(args: argparse.Namespace, report: DriftReport, folder: Path, redactor:
         sys.stdout.buffer.write(redactor.data(encode_json(report)))
     else:
         sys.stdout.write(redactor.text(render_text(report, color=sys.stdout.isatty())))
-        sys.stdout.write(f"run folder: {_shown(folder)}\n")
+        if getattr(args, "show_folder", True):  # the demo hides a folder it is about to delete
+            sys.stdout.write(f"run folder: {_shown(folder)}\n")
     sys.stdout.flush()
 
 
@@ -313,12 +333,15 @@ def run_hosts_check(args: argparse.Namespace) -> int:
 
     names = parse_host_list(args.hosts)
     extras: Mapping[str, HostExtras] = {}
+    setup: list[str] = []
     repo = args.repo or Path.cwd()
     if (repo / "pyproject.toml").is_file():
-        extras = decode_host_extras(load_config(repo).hosts)
+        loaded = load_config(repo)
+        extras = decode_host_extras(loaded.hosts)
+        setup = list(loaded.charpin.setup)
     specs = resolve_hosts(names, ssh_config=args.ssh_config, extras=extras)
     bad = False
-    for result in check_hosts(specs, accept_new=args.accept_new):
+    for result in check_hosts(specs, accept_new=args.accept_new, default_setup=setup):
         for item in result.items:
             mark = "ok " if item.ok else "BAD"
             print(f"[{result.host}] {mark} {item.name}: {item.message}", flush=True)

@@ -2,8 +2,10 @@
 
 The demo builds the example repository (remote/demo.py), then runs exactly what a user would:
 `charpin-remote run --repo <example> --hosts local,clean`, through the same parser and handler.
-Its exit code is that run's bitmask (design §6): 3 (tests failed on a box, plus drift) when the
-planted stale fixture is caught, as it should be.
+The demo succeeds (exit 0) when it catches what it planted: the run's own exit code (3: tests
+failed on a box, plus drift) is printed, not returned, since that failure is the point. When the
+planted drift is NOT caught the demo failed to demonstrate and exits 1. The control run
+(`--no-stale`) returns the run's own exit code.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def add_parsers(sub: Any) -> None:
             "Build a small example repository (an invoice exporter with pins, tests, a fixture "
             "and a flake ledger) in a temporary folder, leave a stale fixture in its working "
             f"tree, run `charpin-remote run --hosts {_HOSTS}` on it and explain what was caught. "
-            "Exits with the run's exit code (3 = tests failed on a box | drift)."
+            "Exits 0 when the planted drift is caught, 1 when it is not."
         ),
     )
     parser.add_argument(
@@ -69,9 +71,11 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"  left uncommitted in its working tree: {', '.join(demo.stale)}", flush=True)
         run_id = f"demo-{secrets.token_hex(4)}"
         print(f"  running: charpin-remote run --repo {demo.path} --hosts {_HOSTS}", flush=True)
-        code = _run(demo.path, run_id)
+        code = _run(demo.path, run_id, show_folder=args.keep)
         report, receipts = _load_run(demo.path / ".charpin" / "runs" / run_id)
-        _print_explanation(explain(report, receipts), report)
+        lines = explain(report, receipts)
+        _print_explanation(lines, report)
+        result, verdict = demo_verdict(lines, code, report.exit_bits, stale=bool(demo.stale))
         if args.keep:
             print(f"kept the example repository: {demo.path}")
             if demo.stale:
@@ -79,7 +83,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 print(f"  next: cd {demo.path} && git checkout -- {discard} && charpin-remote run")
         else:
             print("(the example repository and its run folder are removed; --keep keeps them)")
-        return code
+        if verdict:
+            print(verdict, flush=True)
+        return result
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -94,12 +100,28 @@ def _require_pytest() -> None:
         )
 
 
-def _run(repo: Path, run_id: str) -> int:
+def demo_verdict(
+    caught: list[str], code: int, bits: list[str], *, stale: bool
+) -> tuple[int, str]:
+    """The demo's exit code and closing line, given what the run caught and how it exited."""
+    if not stale:
+        return code, ""  # the control run: its own exit code is the answer
+    shown = "; ".join(bits) or "no bits"
+    if caught and code & 2:
+        return 0, f"the run itself exited {code} ({shown}) — that is what it is meant to catch"
+    return 1, (
+        f"charpin-remote demo: the planted stale fixture was NOT caught (the run exited {code}: "
+        f"{shown}); the demo failed to demonstrate, please report this with the output above"
+    )
+
+
+def _run(repo: Path, run_id: str, *, show_folder: bool) -> int:
     """`charpin-remote run` exactly as a user would type it, through the real parser."""
     from charpin_coordinator.cli import build_parser
 
     argv = ["run", "--repo", str(repo), "--hosts", _HOSTS, "--run-id", run_id]
     args = build_parser().parse_args(argv)
+    args.show_folder = show_folder  # the folder is removed with the example unless --keep
     code: int = args.handler(args)
     return code
 

@@ -8,6 +8,7 @@ the CLI prints it. Every problem says what to install or change.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,8 +24,9 @@ CHECK_TIMEOUT: Final = 30.0
 
 # One round trip for everything Python: version, and whether venv and ensurepip import.
 _PY_PROBE: Final = (
-    "import json, sys\n"
+    "import importlib.util, json, sys\n"
     "out = {'version': list(sys.version_info[:3]), 'executable': sys.executable}\n"
+    "out['pytest'] = importlib.util.find_spec('pytest') is not None\n"
     "for mod in ('venv', 'ensurepip'):\n"
     "    try:\n"
     "        __import__(mod)\n"
@@ -61,9 +63,16 @@ class HostCheck:
 
 
 def check_host(
-    transport: Transport, *, python: str | None = None, timeout: float = CHECK_TIMEOUT
+    transport: Transport,
+    *,
+    python: str | None = None,
+    timeout: float = CHECK_TIMEOUT,
+    needs_pytest: bool = False,
 ) -> HostCheck:
-    """Check one connected box; raises BoxError only if the connection itself is lost."""
+    """Check one connected box; raises BoxError only if the connection itself is lost.
+
+    needs_pytest: the box has no setup commands, so `run` will use its Python as it is.
+    """
     name = transport.name
     result = HostCheck(host=name)
     fp = getattr(transport, "host_key_fingerprint", None)
@@ -73,13 +82,17 @@ def check_host(
     if result.host_key_accepted_new:
         reach += " (accepted now and added to known_hosts)"
     result.items.append(CheckItem("reach", True, reach))
-    result.items.extend(_python_items(transport, name, python or "python3", timeout))
+    result.items.extend(
+        _python_items(transport, name, python or "python3", timeout, needs_pytest=needs_pytest)
+    )
     result.items.append(_git_item(transport, name, timeout))
     result.items.append(_disk_item(transport, name, timeout))
     return result
 
 
-def _python_items(transport: Transport, name: str, python: str, timeout: float) -> list[CheckItem]:
+def _python_items(
+    transport: Transport, name: str, python: str, timeout: float, *, needs_pytest: bool
+) -> list[CheckItem]:
     done = transport.run([python, "-c", _PY_PROBE], timeout=timeout)
     if done.timed_out or done.returncode != 0:
         if done.returncode == 127 or b"not found" in done.stderr:
@@ -116,7 +129,22 @@ def _python_items(transport: Transport, name: str, python: str, timeout: float) 
                     f"{python} on {name} lacks the {module} module: install {package}",
                 )
             )
+    if needs_pytest:
+        items.append(_pytest_item(info, python, name))
     return items
+
+
+def _pytest_item(info: dict[str, object], python: str, name: str) -> CheckItem:
+    """Without setup commands `run` uses the box's Python as it is, so it must import pytest."""
+    if info.get("pytest"):
+        return CheckItem("pytest", True, "pytest imports (no setup commands for this box)")
+    return CheckItem(
+        "pytest",
+        False,
+        f"{python} on {name} cannot import pytest and no setup commands are configured for it: "
+        'add setup = ["pip install pytest"] to [tool.charpin] (or the host\'s table) or install '
+        "pytest for that python",
+    )
 
 
 def _git_item(transport: Transport, name: str, timeout: float) -> CheckItem:
@@ -146,23 +174,36 @@ def _disk_item(transport: Transport, name: str, timeout: float) -> CheckItem:
 
 
 def check_hosts(
-    specs: Sequence[HostSpec], *, accept_new: bool = False, connect_timeout: float = 10.0
+    specs: Sequence[HostSpec],
+    *,
+    accept_new: bool = False,
+    connect_timeout: float = 10.0,
+    default_setup: Sequence[str] = (),
 ) -> list[HostCheck]:
-    """Check each box in order; an unreachable box is a failed result, never an exception."""
-    # imported here so `hosts check` on built-in boxes never needs the SSH stack
-    from charpin_coordinator.remote.ssh import open_box
+    """Check each box in order; an unreachable box is a failed result, never an exception.
 
+    default_setup: the repository's [tool.charpin] setup, used by boxes without their own.
+    """
     results = []
     for spec in specs:
         python = spec.extras.python
+        setup = default_setup if spec.extras.setup is None else spec.extras.setup
         if spec.builtin:
+            # As `run` does: both built-in boxes use this interpreter unless told otherwise,
+            # and `local` never runs setup commands.
+            needs = spec.name == "local" or not setup
             with tempfile.TemporaryDirectory(prefix="charpin-check-") as tmp:
                 local = LocalTransport(spec.name, Path(tmp))
-                results.append(check_host(local, python=python))
+                results.append(
+                    check_host(local, python=python or sys.executable, needs_pytest=needs)
+                )
             continue
+        # imported here so `hosts check` on built-in boxes never needs the SSH stack
+        from charpin_coordinator.remote.ssh import open_box
+
         try:
             with open_box(spec, accept_new=accept_new, connect_timeout=connect_timeout) as box:
-                results.append(check_host(box, python=python))
+                results.append(check_host(box, python=python, needs_pytest=not setup))
         except BoxError as exc:
             results.append(
                 HostCheck(

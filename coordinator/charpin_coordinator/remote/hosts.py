@@ -180,13 +180,16 @@ def resolve_hosts(
     if ssh_config is not None and not ssh_config.is_file():
         raise UsageError(f"--ssh-config {ssh_config}: no such file; give an existing ssh_config")
     files = ssh_config_files(ssh_config)
-    config, patterns = _load(files)
+    loaded: tuple[SSHConfig, list[str]] | None = None
     specs = []
     for name in names:
         extra = extras.get(name, HostExtras())
         if name in BUILTIN_BOXES:
             specs.append(HostSpec(name=name, builtin=True, extras=extra))
             continue
+        if loaded is None:  # only SSH names pay for paramiko and the config files
+            loaded = _load(files)
+        config, patterns = loaded
         if not _named_in(name, patterns):
             searched = ", ".join(str(f) for f in files)
             raise UsageError(

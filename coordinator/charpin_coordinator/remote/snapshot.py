@@ -189,17 +189,23 @@ def _tail(data: bytes, lines: int = 5) -> str:
 
 
 # Box-side scripts: stdlib only, Python >= 3.9, every value arrives as argv (never in the source).
-_BOX_HAVES = r"""
-import json, os, subprocess, sys
-cache, commit, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
-has, haves = False, []
-if os.path.isdir(cache):
+# Box-side helper, also pasted into the box pipeline's preflight script (one round trip less).
+BOX_HAVES_DEF = r"""
+def box_haves(cache, commit, limit):
+    import os, subprocess
+    if not os.path.isdir(cache):
+        return False, []
     has = subprocess.run(["git", "-C", cache, "cat-file", "-e", commit + "^{commit}"],
                          stderr=subprocess.DEVNULL).returncode == 0
     out = subprocess.run(["git", "-C", cache, "for-each-ref", "--sort=-committerdate",
                           "--count=%d" % limit, "--format=%(objectname)", "refs/charpin/"],
                          capture_output=True, text=True, check=True).stdout
-    haves = out.split()
+    return has, out.split()
+"""
+
+_BOX_HAVES = BOX_HAVES_DEF + r"""
+import json, sys
+has, haves = box_haves(sys.argv[1], sys.argv[2], int(sys.argv[3]))
 print(json.dumps({"has": has, "haves": haves}))
 """
 

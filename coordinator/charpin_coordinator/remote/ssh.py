@@ -1,7 +1,8 @@
 """Coordinator side. The only module that talks to fabric and paramiko over the network.
 
 SshTransport wraps fabric's Connection and fixes what fabric leaves unsafe: host keys are checked
-against known_hosts (fabric hard-codes AutoAddPolicy), agent forwarding is off, no environment
+against known_hosts (fabric hard-codes AutoAddPolicy), agent forwarding is off (the agent may
+authenticate this connection, never the box's onward ones), no environment
 crosses as SSH env requests, every timeout is set, and command output is drained concurrently with
 a deadline (paramiko deadlocks when a channel's output is not read). Foreign exceptions become one
 BoxError line at the boundary (map_ssh_errors).
@@ -157,13 +158,19 @@ def map_ssh_errors(host: str, *, files: Sequence[str] = ()) -> Iterator[None]:
     except paramiko.BadHostKeyException as exc:
         endpoint = getattr(exc, "endpoint", exc.hostname)
         files = getattr(exc, "files", files)
-        where = ", ".join(_key_file_holding(endpoint, files) or files)
+        holders = _key_file_holding(endpoint, files)
+        where = ", ".join(holders or files)
+        # ssh-keygen -R edits ~/.ssh/known_hosts unless told which file holds the old key.
+        remove = " && ".join(
+            f"ssh-keygen -R {shlex.quote(endpoint)} -f {shlex.quote(name)}"
+            for name in holders or files[:1]
+        ) or f"ssh-keygen -R {shlex.quote(endpoint)}"
         raise BoxError(
             host,
             "host-key",
             f"host key CHANGED for {endpoint}: expected {fingerprint(exc.expected_key)}, "
             f"got {fingerprint(exc.key)} ({where}); refusing: if the change is expected, "
-            f"remove the old line (ssh-keygen -R {shlex.quote(endpoint)})",
+            f"remove the old line ({remove})",
         ) from exc
     except paramiko.AuthenticationException as exc:
         raise BoxError(
@@ -267,7 +274,10 @@ class SshTransport:
             "banner_timeout": self.connect_timeout,
             "auth_timeout": self.connect_timeout,
             "channel_timeout": self.io_timeout,
-            "allow_agent": False,
+            # Authenticating with the agent is like ssh; forwarding it is what design §8 forbids.
+            # IdentitiesOnly: ssh would offer only agent keys matching IdentityFile, and
+            # paramiko cannot filter them, so the agent stays out.
+            "allow_agent": not spec.identities_only,
             "look_for_keys": not spec.identity_files,
         }
         if spec.identity_files:
@@ -504,6 +514,9 @@ class SshTransport:
         if len(done.stdout) > max_bytes:
             raise IntegrityError(f"{self.name}: {remote_path} is over the {max_bytes}-byte cap")
         return done.stdout
+
+    # The box pipeline's preflight script finds $HOME itself, saving a round trip.
+    home_on_box = True
 
     def home(self) -> str:
         """The remote $HOME (asked once)."""

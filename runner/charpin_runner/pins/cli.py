@@ -25,12 +25,19 @@ from charpin_runner.errors import (
     UsageError,
 )
 from charpin_runner.pins import compare as cmp
+from charpin_runner.pins import repoguard
 from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.execute import Session
 from charpin_runner.pins.model import Case, Pin, check_id
 from charpin_runner.pins.prove import prove, weak_pins
 from charpin_runner.pins.record import Recorded, changes, record_case
-from charpin_runner.pins.replay import Outcome, jobs_for, replay, write_actual
+from charpin_runner.pins.replay import (
+    Outcome,
+    jobs_for,
+    replay,
+    unexplained_note,
+    write_actual,
+)
 from charpin_runner.pins.store import (
     PinSet,
     check_rel,
@@ -126,8 +133,11 @@ def _check(args: argparse.Namespace) -> int:
     if not pins:
         raise UsageError(f"{config.file} holds no pins; record some with `charpin pins record`")
     actual_root = _actual_root(repo, config)
+    notes: list[str] = []
     with Session(repo, config) as session:
-        outcomes = replay(session, pins, jobs_for(config, args.jobs))
+        outcomes = replay(session, pins, jobs_for(config, args.jobs), notes=notes)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     failed = [o for o in outcomes if o.classes]
     for outcome in failed:
         _report_failure(outcome, write_actual(actual_root, outcome), repo, config)
@@ -188,9 +198,9 @@ def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConf
         print("  no golden yet: run `charpin pins record`")
     if run.timed_out:
         print(f"  timed out after {config.timeout}s")
-    for path in run.outside_writes:
-        print(f"  wrote outside {config.output}/: {path}")
-    if outcome.pin.golden is not None and not run.error:
+    if run.error is None and not run.timed_out:
+        _report_outside(run.outside_writes, config)
+    if outcome.pin.golden is not None and not run.error and not run.timed_out:
         for line in cmp.describe(outcome.pin.golden, run.observation, config.diff_lines):
             print(f"  {line}")
     try:
@@ -198,6 +208,18 @@ def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConf
     except ValueError:
         shown = str(folder)
     print(f"  actual outputs: {shown}/")
+
+
+def _report_outside(paths: list[str], config: PinsConfig) -> None:
+    in_repo = [p[len("$REPO/") :] for p in paths if p.startswith("$REPO/")]
+    for path in paths:
+        if not path.startswith("$REPO/"):
+            print(f"  wrote outside {config.output}/: {path}")
+    for path in in_repo:
+        print(f"  wrote into the repository: {path}")
+    if in_repo:
+        # Nothing in the user's tree is restored behind their back; say what to clean up.
+        print("  (charpin left these repository files as they are; check and remove them)")
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -288,6 +310,7 @@ def _record(args: argparse.Namespace) -> int:
     results: dict[str, Recorded] = {}
     refused: list[str] = []
     with Session(repo, config) as session:
+        before = repoguard.snapshot(repo)
 
         def one(pin: Pin) -> tuple[Pin, Optional[Recorded], Optional[str]]:
             try:
@@ -306,10 +329,31 @@ def _record(args: argparse.Namespace) -> int:
                 else:
                     what = changes(pin.golden, recorded.observation)
                     print(f"updated {pin.case.id}: {', '.join(what) if what else 'unchanged'}")
+        refused += _refuse_repo_writers(session, wanted, before, results)
     _write(pin_set, new, results)
     for line in refused:
         print(line, file=sys.stderr)
     return EXIT_DRIFT if refused else EXIT_CLEAN
+
+
+def _refuse_repo_writers(
+    session: Session, wanted: list[Pin], before: repoguard.Snapshot, results: dict[str, Recorded]
+) -> list[str]:
+    """Drop recordings of pins that wrote into the repository; the files are left for the user."""
+    paths = repoguard.changed(before, repoguard.snapshot(session.repo))
+    if not paths:
+        return []
+    found = repoguard.attribute(session, [p.case for p in wanted], paths, before)
+    if found.unexplained:
+        print(f"warning: {unexplained_note(found.unexplained)}", file=sys.stderr)
+    lines = []
+    for pin_id, written in sorted(found.by_pin.items()):
+        results.pop(pin_id, None)
+        lines.append(
+            f"refused: pin {pin_id} writes into the repository ({repoguard.describe(written)}; "
+            "left in place, remove them); write under the declared output folder instead"
+        )
+    return lines
 
 
 def _write(pin_set: PinSet, new: Optional[Case], results: dict[str, Recorded]) -> None:

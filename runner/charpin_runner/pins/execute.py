@@ -3,6 +3,8 @@
 Sandbox layout (one per run): SANDBOX/work (copy of the case's fixtures; cwd is work/cwd_rel),
 SANDBOX/home (HOME), SANDBOX/tmp (TMPDIR). The child gets only the case's env keys plus a small
 fixed base, its own session (so the whole process group is killed afterwards), and a timeout.
+Everything under SANDBOX except the output folder is watched: any net change there is a write
+outside the output folder. Writes into the repository itself are caught by repoguard.py.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -64,8 +67,40 @@ class Session:
         self.bootstrap = self.dir / "bootstrap.py"
         self.bootstrap.write_text(BOOTSTRAP, encoding="utf-8")
         self.base_path = os.environ.get("PATH", os.defpath)
+        # Removing a used sandbox costs several ms of rmdir/unlink on a busy disk; a helper
+        # thread does it while the next pin runs instead of on each pin's critical path.
+        self._trash: list[Path] = []
+        self._trash_ready = threading.Condition()
+        self._cleaner: Optional[threading.Thread] = None
+        self._closing = False
+
+    def discard(self, sandbox: Path) -> None:
+        """Remove a sandbox with a uniquely made name in the background."""
+        with self._trash_ready:
+            if self._cleaner is None:
+                self._cleaner = threading.Thread(
+                    target=self._clean, name="charpin-pins-cleaner", daemon=True
+                )
+                self._cleaner.start()
+            self._trash.append(sandbox)
+            self._trash_ready.notify()
+
+    def _clean(self) -> None:
+        while True:
+            with self._trash_ready:
+                while not self._trash and not self._closing:
+                    self._trash_ready.wait()
+                if not self._trash:
+                    return
+                path = self._trash.pop()
+            shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
+        with self._trash_ready:
+            self._closing = True
+            self._trash_ready.notify()
+        if self._cleaner is not None:
+            self._cleaner.join()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Session:
@@ -104,19 +139,28 @@ class Session:
         return env
 
 
-def _signature(root: Path, skip: Optional[Path]) -> dict[str, tuple[int, int, int, int]]:
-    """Cheap per-entry state (type+mode, size, mtime, inode) of everything under root but skip."""
-    out: dict[str, tuple[int, int, int, int]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        if skip is not None:
-            dirnames[:] = [d for d in dirnames if here / d != skip]
-        for name in [*dirnames, *filenames]:
-            path = here / name
-            if skip is not None and path == skip:
-                continue
-            st = path.lstat()
-            out[str(path)] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
+Signature = dict[str, tuple[int, int, int, int]]
+
+
+def _signature(root: str, skip: frozenset[str]) -> Signature:
+    """Cheap per-entry state (type+mode, size, mtime, inode) of everything under root but skip.
+
+    Folders record their mode only: a file made and removed again (a scratch file in TMPDIR)
+    leaves nothing behind, and anything that does stay shows up as an entry of its own.
+    """
+    out: Signature = {}
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.path in skip:
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    out[entry.path] = (st.st_mode, 0, 0, 0)
+                    stack.append(entry.path)
+                else:
+                    out[entry.path] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
     return out
 
 
@@ -155,6 +199,7 @@ def run_case(
     """Replay case once; a given sandbox path is (re)created so a repeat sees identical paths."""
     config = session.config
     root = perturbation.root if perturbation and perturbation.root else session.dir
+    unique = sandbox is None
     if sandbox is None:
         root.mkdir(parents=True, exist_ok=True)
         sandbox = Path(tempfile.mkdtemp(prefix=f"{case.id}.", dir=str(root)))
@@ -164,7 +209,12 @@ def run_case(
     try:
         return _run_in(session, case, perturbation, sandbox, config, prefix)
     finally:
-        if not keep:
+        if keep:
+            pass
+        elif unique:
+            session.discard(sandbox)
+        else:
+            # A caller-chosen path is reused by the next run, so it must be gone right now.
             shutil.rmtree(sandbox, ignore_errors=True)
 
 
@@ -187,7 +237,8 @@ def _run_in(
     (sandbox / "home").mkdir()
     (sandbox / "tmp").mkdir()
     cwd = work / case.cwd_rel
-    cwd.mkdir(parents=True, exist_ok=True)
+    if case.cwd_rel != ".":
+        cwd.mkdir(parents=True, exist_ok=True)
     out_dir = work / config.output
     side = sandbox / "env-reads"
     argv, records_env = session.command(case, prefix)
@@ -197,10 +248,10 @@ def _run_in(
         env.update(perturbation.env)
     if records_env:
         env[ENV_VAR] = str(side)
-    watched = [(work, out_dir), (sandbox / "home", None)]
-    before: dict[str, tuple[int, int, int, int]] = {}
-    for place, skip in watched:
-        before.update(_signature(place, skip))
+    # The whole sandbox is watched (work, HOME, TMPDIR, and anything a target makes next to
+    # them with ../), except the output folder and the bootstrap's own env-reads file.
+    skip = frozenset({str(out_dir), str(side)})
+    before = _signature(str(sandbox), skip)
     umask = perturbation.umask if perturbation and perturbation.umask is not None else DEFAULT_UMASK
     timed_out = False
     try:
@@ -226,9 +277,7 @@ def _run_in(
     finally:
         # Children left behind must not keep writing after we look.
         _kill_group(proc.pid)
-    after: dict[str, tuple[int, int, int, int]] = {}
-    for place, skip in watched:
-        after.update(_signature(place, skip))
+    after = _signature(str(sandbox), skip)
     # Folders on the way to the output folder (e.g. build/ for build/out) may appear or change.
     parents = {str(p) for p in out_dir.parents}
     outside = sorted(
@@ -269,11 +318,11 @@ def _run_in(
 
 def _display(path: str, sandbox: Path) -> str:
     rel = Path(path).relative_to(sandbox).as_posix()
-    if rel.startswith("work/"):
-        return "$WORK/" + rel[len("work/") :]
-    if rel.startswith("home"):
-        return "$HOME" + rel[len("home") :]
-    return rel
+    for folder, token in (("work", "$WORK"), ("home", "$HOME"), ("tmp", "$TMP")):
+        if rel == folder or rel.startswith(folder + "/"):
+            return token + rel[len(folder) :]
+    # Next to the work folder, e.g. a target in $WORK that wrote ../escaped.txt.
+    return "$WORK/../" + rel
 
 
 def _text(data: bytes, limit: int) -> Optional[str]:

@@ -8,12 +8,14 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Callable, Optional
 
 from charpin_runner.config import CharpinConfig
 from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
+from charpin_runner.pins import repoguard
 from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.execute import Run, Session, run_case
 from charpin_runner.pins.model import Observation, Pin
@@ -48,11 +50,13 @@ def jobs_for(config: PinsConfig, jobs: Optional[int]) -> int:
 
 def judge(pin: Pin, run: Run, comparator: cmp.Comparator = cmp.compare) -> Outcome:
     """Classify a replay against the pin's golden (the run's own failures come first)."""
-    classes: list[str] = []
+    # A run that could not start or was killed has no outputs worth comparing: its env reads,
+    # streams and files are partial, so any other class would only be noise.
     if run.error is not None:
-        classes.append(cmp.ERROR)
+        return Outcome(pin, run, [cmp.ERROR])
     if run.timed_out:
-        classes.append(cmp.TIMEOUT)
+        return Outcome(pin, run, [cmp.TIMEOUT])
+    classes: list[str] = []
     if run.outside_writes:
         classes.append(cmp.WRITE_OUTSIDE)
     if pin.golden is None:
@@ -69,8 +73,48 @@ def replay(
     jobs: int,
     comparator: cmp.Comparator = cmp.compare,
     on_done: Optional[Callable[[Outcome], None]] = None,
+    notes: Optional[list[str]] = None,
 ) -> list[Outcome]:
-    """Replay every pin (in parallel) and judge it; results keep the pins' order."""
+    """Replay every pin (in parallel) and judge it; results keep the pins' order.
+
+    The repository is snapshotted before and after the whole batch; pins that wrote into it
+    fail with write-outside-output (on_done has already seen them, judged without that).
+    Repository changes no pin repeats are appended to notes, when given, as warnings.
+    """
+    before = repoguard.snapshot(session.repo)
+    outcomes = _replay_all(session, pins, jobs, comparator, on_done)
+    paths = repoguard.changed(before, repoguard.snapshot(session.repo))
+    if not paths:
+        return outcomes
+    found = repoguard.attribute(session, [p.case for p in pins], paths, before)
+    if found.unexplained and notes is not None:
+        notes.append(unexplained_note(found.unexplained))
+    return [_blame(o, found.by_pin.get(o.pin.case.id), comparator) for o in outcomes]
+
+
+def unexplained_note(paths: list[str]) -> str:
+    """The warning for repository changes that no pin made again when replayed alone."""
+    return (
+        f"the repository changed during the replay ({repoguard.describe(paths)}) but no pin "
+        "wrote there when replayed alone; another program may have written it, check and rerun"
+    )
+
+
+def _blame(outcome: Outcome, written: Optional[list[str]], comparator: cmp.Comparator) -> Outcome:
+    if not written:
+        return outcome
+    extra = [f"$REPO/{path}" for path in written]
+    run = dc_replace(outcome.run, outside_writes=[*outcome.run.outside_writes, *extra])
+    return judge(outcome.pin, run, comparator)
+
+
+def _replay_all(
+    session: Session,
+    pins: list[Pin],
+    jobs: int,
+    comparator: cmp.Comparator,
+    on_done: Optional[Callable[[Outcome], None]],
+) -> list[Outcome]:
 
     def one(pin: Pin) -> Outcome:
         try:

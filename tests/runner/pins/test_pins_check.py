@@ -58,6 +58,28 @@ BEHAVIOUR_CHANGES = [
         "report",
     ),
     (
+        "make_report.py",
+        '    print("%d regions" % len(by_region))',
+        '    print("%d regions" % len(by_region))\n    open("../escaped.txt", "w").write("x")',
+        "write-outside-output",
+        "report",
+    ),
+    (
+        "make_report.py",
+        '    print("%d regions" % len(by_region))',
+        '    print("%d regions" % len(by_region))\n'
+        '    open(os.path.join(os.path.dirname(__file__), "cache.txt"), "w").write("x")',
+        "write-outside-output",
+        "report",
+    ),
+    (
+        "legacy_sync.py",
+        'COUNTER = {"items": 0}',
+        'COUNTER = {"items": 0}\nopen(os.path.join(os.environ["TMPDIR"], "left"), "w").close()',
+        "write-outside-output",
+        "legacy",
+    ),
+    (
         "legacy_sync.py",
         'COUNTER = {"items": 0}',
         'COUNTER = {"items": 0}\nVERBOSE = os.environ.get("SYNC_VERBOSE")',
@@ -174,7 +196,11 @@ def test_timeout_is_a_failure_class(recorded: Path, charpin) -> None:
     )
     code, out, _err = charpin("pins", "check", "--repo", str(recorded), "--id", "legacy")
     assert code == 2
-    assert "DRIFT legacy [timeout]" in out
+    # A killed run's partial env reads and outputs are not compared: timeout is the only class.
+    assert "DRIFT legacy [timeout]  classes: timeout\n" in out
+    assert "env keys read" not in out
+    result = json.loads((recorded / ".charpin/pins-actual/legacy/result.json").read_text())
+    assert result["classes"] == ["timeout"]
 
 
 def test_new_env_key_is_drift_even_while_unset(recorded: Path, charpin) -> None:
@@ -198,3 +224,63 @@ def test_pin_runs_with_only_declared_env(
     monkeypatch.setenv("SYNC_MODE", "live")
     code, out, err = charpin("pins", "check", "--repo", str(recorded))
     assert code == 0, out + err
+
+
+def test_write_next_to_file_names_the_repo_path(recorded: Path, charpin) -> None:
+    edit(
+        recorded / "make_report.py",
+        '    print("%d regions" % len(by_region))',
+        '    print("%d regions" % len(by_region))\n'
+        '    open(os.path.join(os.path.dirname(__file__), "cache.txt"), "w").write("x")',
+    )
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded), "--jobs", "2")
+    assert code == 2, out
+    assert "DRIFT report [write-outside-output]" in out
+    assert "wrote into the repository: cache.txt" in out
+    # Only the pin that wrote is blamed; the other pins of the parallel batch stay green.
+    assert "4 passed, 1 drifted" in out
+    # Nothing is cleaned up behind the user's back: the file is reported and left in place.
+    assert (recorded / "cache.txt").read_text() == "x"
+    result = json.loads((recorded / ".charpin/pins-actual/report/result.json").read_text())
+    assert result["outside_writes"] == ["$REPO/cache.txt"]
+
+
+def test_write_once_cache_in_the_repo_is_still_attributed(recorded: Path, charpin) -> None:
+    # The pin writes the cache only when it is missing, so a plain rerun would not repeat it.
+    edit(
+        recorded / "legacy_sync.py",
+        'COUNTER = {"items": 0}',
+        'COUNTER = {"items": 0}\n'
+        'CACHE = os.path.join(os.path.dirname(__file__), "data", "sync.cache")\n'
+        "if not os.path.exists(CACHE):\n"
+        "    os.makedirs(os.path.dirname(CACHE), exist_ok=True)\n"
+        '    open(CACHE, "w").write("warm")',
+    )
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded))
+    assert code == 2, out
+    assert "wrote into the repository: data/sync.cache" in out
+    drifted = sorted(line.split()[1] for line in out.splitlines() if line.startswith("DRIFT"))
+    # Both legacy pins run the script; which one wrote first does not matter, each one would.
+    assert drifted == ["legacy", "legacy-empty"]
+
+
+def test_scratch_files_in_tmpdir_and_cwd_that_are_removed_stay_green(
+    tmp_path: Path, charpin
+) -> None:
+    # Watching the whole sandbox must not blame a program for scratch files it cleans up.
+    repo = build_messy_repo(tmp_path)
+    (repo / "scratch.py").write_text(
+        "import os, tempfile\n"
+        "with tempfile.NamedTemporaryFile() as handle:\n"
+        "    handle.write(b'x')\n"
+        "open('scratch.tmp', 'w').close()\n"
+        "os.remove('scratch.tmp')\n"
+        "os.makedirs('out')\n"
+        "open('out/done.txt', 'w').write('done')\n"
+    )
+    (repo / "pins.jsonl").write_text(json.dumps({"id": "scratch", "argv": ["scratch.py"]}) + "\n")
+    code, out, err = charpin("pins", "record", "--repo", str(repo))
+    assert code == 0, out + err
+    code, out, err = charpin("pins", "check", "--repo", str(repo))
+    assert code == 0, out + err
+    assert "1 passed, 0 drifted" in out

@@ -138,3 +138,19 @@ def test_non_python_command_target(messy_repo: Path, charpin) -> None:
     line = json.loads((messy_repo / "pins.jsonl").read_text())
     assert line["stdout"] == "a\nb" and line["env_read"] is None
     assert charpin("pins", "check", "--repo", str(messy_repo))[0] == 0
+
+
+def test_writes_into_the_repository_refused_at_record(messy_repo: Path, charpin) -> None:
+    write_pins(messy_repo, [{"id": "ok", "argv": ["legacy_sync.py", "a"]}])
+    (messy_repo / "dirty.py").write_text(
+        "import os\nopen(os.path.join(os.path.dirname(__file__), 'cache.txt'), 'w').write('x')\n"
+    )
+    code, out, err = charpin(
+        "pins", "record", "--repo", str(messy_repo), "--id", "dirty", "--", "dirty.py"
+    )
+    assert code == 2, out + err
+    assert "refused: pin dirty writes into the repository (cache.txt;" in err
+    lines = [json.loads(x) for x in (messy_repo / "pins.jsonl").read_text().splitlines()]
+    # The well-behaved pin is recorded; the writer gets no golden (nor even a pins.jsonl line).
+    assert [(x["id"], "exit_code" in x) for x in lines] == [("ok", True)]
+    assert (messy_repo / "cache.txt").is_file()
