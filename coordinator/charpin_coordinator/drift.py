@@ -35,6 +35,7 @@ from charpin_coordinator.report import (
 __all__ = ["NotEvaluated", "build_report", "exit_code"]
 
 Labeled = tuple[str, Receipt]
+_BAD_OUTCOMES = frozenset(("failed", "error"))
 _INTEGRITY_KINDS = {"receipt-refused", "snapshot-integrity"}
 
 
@@ -87,7 +88,8 @@ def _pick_baseline(
     """
     if wanted is None:
         healthy = [(label, r) for label, r in receipts if gate_rules.healthy(r, expected)]
-        return (healthy or list(receipts) or [None])[0]
+        pool = healthy or list(receipts)
+        return pool[0] if pool else None
     for label, receipt in receipts:
         if label == wanted:
             return label, receipt
@@ -261,9 +263,11 @@ def _outcomes(receipts: Sequence[Labeled], base: Labeled) -> Dimension | None:
     maps = [r.outcomes for _, r in receipts]
     first = maps[0]
     candidates: set[str] = set()
+    first_items = first.items()
     for other in maps[1:]:
-        candidates.update(k for k, v in other.items() if first.get(k) != v)
-        candidates.update(k for k in first if k not in other)
+        # Set difference of (id, outcome) pairs runs in C: 100,000 tests cost milliseconds.
+        candidates.update(k for k, _ in other.items() - first_items)
+        candidates.update(first.keys() - other.keys())
     rows = []
     for nodeid in sorted(candidates):
         values = {label: m.get(nodeid, "not run") for label, m in zip(labels, maps, strict=False)}
@@ -510,8 +514,7 @@ def _vacuity(receipts: Sequence[Labeled], gates: list[GateResult]) -> list[str]:
 def _exit_code(report: DriftReport, receipts: Sequence[Labeled]) -> tuple[int, list[str]]:
     code, bits = 0, []
     if any(
-        r.exit.interpretation == "failed"
-        or any(o in ("failed", "error") for o in r.outcomes.values())
+        r.exit.interpretation == "failed" or not _BAD_OUTCOMES.isdisjoint(r.outcomes.values())
         for _, r in receipts
     ):
         code |= EXIT_TESTS_FAILED

@@ -45,6 +45,9 @@ INCOMPLETE_ACTIONS: dict[GateName, str] = {
 }
 
 
+_BAD = frozenset(("failed", "error"))
+
+
 def undeclared(paths: Sequence[str], outputs: Sequence[str]) -> list[str]:
     """Paths not covered by the declared output globs (a glob ending in / covers a folder)."""
     out = []
@@ -235,7 +238,7 @@ def _completeness(r: Receipt) -> Verdict:
             + (f": {_list(missing)}" if missing else "")
             + f", {len(extra)} run unselected)"
         )
-    if e.status == 0 and any(o in ("failed", "error") for o in r.outcomes.values()):
+    if e.status == 0 and not _BAD.isdisjoint(r.outcomes.values()):
         problems.append("exit 0 despite failed tests")
     if e.interpretation == "incomplete":
         problems.extend(e.reasons or ["the box marked the run incomplete"])

@@ -11,9 +11,6 @@ import io
 from typing import Any
 
 import msgspec
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from charpin_coordinator.report import GATES, Dimension, DriftReport
 
@@ -173,6 +170,11 @@ def _plain_dimension(dim: Dimension, labels: list[str]) -> list[str]:
 
 
 def _render_rich(report: DriftReport) -> str:
+    # rich costs ~70 ms to import: only terminals pay for it, not --json, Markdown or pipes.
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     buffer = io.StringIO()
     console = Console(
         file=buffer, force_terminal=True, width=120, color_system="standard", highlight=False

@@ -192,9 +192,13 @@ def test_local_at_head_by_name_does_not_warn(
 
 def _bare_python() -> str:
     bare = "/usr/bin/python3"
-    if not Path(bare).exists() or subprocess.run(
-        [bare, "-c", "import pytest"], capture_output=True, check=False
-    ).returncode == 0:
+    if (
+        not Path(bare).exists()
+        or subprocess.run(
+            [bare, "-c", "import pytest"], capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
         pytest.skip(f"needs a {bare} without pytest")
     return bare
 
@@ -246,7 +250,9 @@ def test_builtin_boxes_never_import_the_ssh_stack(git_repo: Path, command: list[
     if command[0] == "run":
         argv += ["--out", str(git_repo.parent / "runs"), "--json"]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([RUNNER_PATH, str(Path(RUNNER_PATH).parent / "coordinator")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [RUNNER_PATH, str(Path(RUNNER_PATH).parent / "coordinator")]
+    )
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("HEAVY")]
     assert line == "HEAVY [] CODE 0", done.stderr

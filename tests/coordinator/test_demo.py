@@ -29,7 +29,9 @@ def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")])
     env["TMPDIR"] = str(tmp)
-    env["XDG_CACHE_HOME"] = str(tmp.parent / "xdg-cache")  # the clean box's cache, off the real home
+    env["XDG_CACHE_HOME"] = str(
+        tmp.parent / "xdg-cache"
+    )  # the clean box's cache, off the real home
     return env
 
 

@@ -399,7 +399,9 @@ def _tail(data: bytes, lines: int = 6) -> str:
 
 # Box-side scripts: stdlib only, Python >= 3.9, run as `python3 -I -c SCRIPT ARGS...`.
 
-PREP = snapshot.BOX_HAVES_DEF + r"""
+PREP = (
+    snapshot.BOX_HAVES_DEF
+    + r"""
 import hashlib, importlib.util, json, os, shutil, sys
 home, run_id, folder, repo_key, runner_name, need_venv, commit, limit = sys.argv[1:9]
 config = sys.stdin.buffer.read()
@@ -438,6 +440,7 @@ has, haves = box_haves(paths["cache_repo"], commit, int(limit))
 report(paths=paths, runner_sha256=sha, has_pytest=importlib.util.find_spec("pytest") is not None,
        python=sys.version.split()[0], has=has, haves=haves)
 """
+)
 
 SETUP = r"""
 import fcntl, glob, hashlib, json, os, shutil, subprocess, sys, time

@@ -100,9 +100,7 @@ def _require_pytest() -> None:
         )
 
 
-def demo_verdict(
-    caught: list[str], code: int, bits: list[str], *, stale: bool
-) -> tuple[int, str]:
+def demo_verdict(caught: list[str], code: int, bits: list[str], *, stale: bool) -> tuple[int, str]:
     """The demo's exit code and closing line, given what the run caught and how it exited."""
     if not stale:
         return code, ""  # the control run: its own exit code is the answer

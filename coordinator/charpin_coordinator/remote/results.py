@@ -15,7 +15,7 @@ import secrets
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from charpin_runner.errors import UsageError
@@ -37,7 +37,7 @@ class ReportFiles:
 
 def new_run_id() -> str:
     """UTC time plus 6 random hex digits: sortable and unique enough for one machine."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
 def check_run_id(run_id: str) -> str:

@@ -203,11 +203,14 @@ def box_haves(cache, commit, limit):
     return has, out.split()
 """
 
-_BOX_HAVES = BOX_HAVES_DEF + r"""
+_BOX_HAVES = (
+    BOX_HAVES_DEF
+    + r"""
 import json, sys
 has, haves = box_haves(sys.argv[1], sys.argv[2], int(sys.argv[3]))
 print(json.dumps({"has": has, "haves": haves}))
 """
+)
 
 _BOX_INSTALL = r"""
 import hashlib, json, os, shutil, subprocess, sys

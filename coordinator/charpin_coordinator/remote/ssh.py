@@ -161,10 +161,13 @@ def map_ssh_errors(host: str, *, files: Sequence[str] = ()) -> Iterator[None]:
         holders = _key_file_holding(endpoint, files)
         where = ", ".join(holders or files)
         # ssh-keygen -R edits ~/.ssh/known_hosts unless told which file holds the old key.
-        remove = " && ".join(
-            f"ssh-keygen -R {shlex.quote(endpoint)} -f {shlex.quote(name)}"
-            for name in holders or files[:1]
-        ) or f"ssh-keygen -R {shlex.quote(endpoint)}"
+        remove = (
+            " && ".join(
+                f"ssh-keygen -R {shlex.quote(endpoint)} -f {shlex.quote(name)}"
+                for name in holders or files[:1]
+            )
+            or f"ssh-keygen -R {shlex.quote(endpoint)}"
+        )
         raise BoxError(
             host,
             "host-key",

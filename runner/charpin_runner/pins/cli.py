@@ -198,8 +198,10 @@ def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConf
         print("  no golden yet: run `charpin pins record`")
     if run.timed_out:
         print(f"  timed out after {config.timeout}s")
-    if run.error is None and not run.timed_out:
-        _report_outside(run.outside_writes, config)
+    # A killed run's sandbox is partial and not judged, but files it left in the repository
+    # are still named: the user has to clean them up either way.
+    judged = run.error is None and not run.timed_out
+    _report_outside([p for p in run.outside_writes if judged or p.startswith("$REPO/")], config)
     if outcome.pin.golden is not None and not run.error and not run.timed_out:
         for line in cmp.describe(outcome.pin.golden, run.observation, config.diff_lines):
             print(f"  {line}")

@@ -4,7 +4,8 @@ Python targets run from the repository itself, so a target can write next to its
 The normal path is cheap: one stat snapshot of the repository before the whole batch and one
 after. Only when they differ are the pins replayed again, one by one, each between two snapshots,
 in a scratch copy of the repository from which the newly appeared paths are left out (so a
-write-once cache is written again). The user's repository is never restored or cleaned: the
+write-once cache is written again), while the real repository is watched too (for targets
+given an absolute path into it). The user's repository is never restored or cleaned: the
 paths are reported so the user can remove them.
 """
 
@@ -108,12 +109,17 @@ def attribute(
         with Session(scratch, session.config, python=session.python) as copy:
             for case in cases:
                 start = snapshot(scratch)
+                # A target given an absolute path into the repository (an env value, say) writes
+                # there even from the copy, so the real repository is watched as well.
+                start_real = snapshot(session.repo)
                 try:
                     run_case(copy, case)
                 except CharpinError:
                     continue
                 end = snapshot(scratch)
-                written = changed(start, end)
+                written = sorted(
+                    {*changed(start, end), *changed(start_real, snapshot(session.repo))}
+                )
                 if written:
                     by_pin[case.id] = written
                 # Each pin starts from the same copy: what one pin created (a write-once cache)

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from charpin_runner.cli import main
-from pins_helpers import build_messy_repo
+from pins_helpers import Runner, build_messy_repo
 
 
 @pytest.fixture
 def messy_repo(tmp_path: Path) -> Path:
     """build_messy_repo in this test's tmp_path."""
     return build_messy_repo(tmp_path)
-
-
-Runner = Callable[..., "tuple[int, str, str]"]
 
 
 @pytest.fixture

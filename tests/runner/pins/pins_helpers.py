@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+# `charpin ARGS...` run in-process, returning (exit code, stdout, stderr).
+Runner = Callable[..., "tuple[int, str, str]"]
 
 MESSY = Path(__file__).resolve().parents[2] / "data" / "messy"
 
@@ -12,7 +16,7 @@ MESSY = Path(__file__).resolve().parents[2] / "data" / "messy"
 INVOICE_STDIN = "acme,10.005,3\ncheap,0.125,1\n# comment\nbad line\n"
 SALES = "north;jan;100\nsouth;jan;50\nnorth;feb;70\n"
 
-PINS = [
+PINS: list[dict[str, object]] = [
     {
         "id": "inv-usd",
         "argv": ["export_invoices.py"],
@@ -31,7 +35,7 @@ PINS = [
 ]
 
 
-def write_pins(repo: Path, pins: list[dict[str, object]]) -> None:
+def write_pins(repo: Path, pins: Sequence[Mapping[str, object]]) -> None:
     """Write pending (unrecorded) pins.jsonl lines."""
     text = "".join(json.dumps(p) + "\n" for p in pins)
     (repo / "pins.jsonl").write_text(text, encoding="utf-8")

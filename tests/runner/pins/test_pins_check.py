@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from charpin_runner.cli import main
-from pins_helpers import build_messy_repo, edit
+from pins_helpers import Runner, build_messy_repo, edit
 
 # (program, old, new, expected primary failure class, a pin it must break)
 BEHAVIOUR_CHANGES = [
@@ -120,7 +120,7 @@ def recorded_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def recorded(recorded_once: Path, tmp_path: Path, charpin) -> Path:
+def recorded(recorded_once: Path, tmp_path: Path, charpin: Runner) -> Path:
     repo = tmp_path / "copy"
     shutil.copytree(recorded_once, repo)
     code, out, err = charpin("pins", "check", "--repo", str(repo))
@@ -134,7 +134,7 @@ def recorded(recorded_once: Path, tmp_path: Path, charpin) -> Path:
     ids=[f"{c[4]}-{c[3]}-{i}" for i, c in enumerate(BEHAVIOUR_CHANGES)],
 )
 def test_behaviour_change_is_caught_with_its_class(
-    recorded: Path, charpin, program: str, old: str, new: str, expected: str, pin_id: str
+    recorded: Path, charpin: Runner, program: str, old: str, new: str, expected: str, pin_id: str
 ) -> None:
     edit(recorded / program, old, new)
     code, out, _err = charpin("pins", "check", "--repo", str(recorded), "--jobs", "2")
@@ -146,7 +146,7 @@ def test_behaviour_change_is_caught_with_its_class(
 
 @pytest.mark.parametrize(("program", "old", "new"), REFACTORS)
 def test_behaviour_preserving_refactor_stays_green(
-    recorded: Path, charpin, program: str, old: str, new: str
+    recorded: Path, charpin: Runner, program: str, old: str, new: str
 ) -> None:
     edit(recorded / program, old, new)
     code, out, err = charpin("pins", "check", "--repo", str(recorded))
@@ -154,7 +154,7 @@ def test_behaviour_preserving_refactor_stays_green(
     assert "5 passed, 0 drifted" in out
 
 
-def test_failure_output_is_actionable(recorded: Path, charpin) -> None:
+def test_failure_output_is_actionable(recorded: Path, charpin: Runner) -> None:
     edit(recorded / "export_invoices.py", "rounding=ROUND_HALF_EVEN", 'rounding="ROUND_HALF_UP"')
     code, out, _err = charpin("pins", "check", "--repo", str(recorded))
     assert code == 2
@@ -167,7 +167,7 @@ def test_failure_output_is_actionable(recorded: Path, charpin) -> None:
     assert not (recorded / ".charpin" / "pins-actual" / "report").exists()
 
 
-def test_report_outputs_kept_and_diffed(recorded: Path, charpin) -> None:
+def test_report_outputs_kept_and_diffed(recorded: Path, charpin: Runner) -> None:
     edit(recorded / "make_report.py", "indent=2", "indent=4")
     code, out, _err = charpin("pins", "check", "--repo", str(recorded))
     assert code == 2
@@ -177,7 +177,7 @@ def test_report_outputs_kept_and_diffed(recorded: Path, charpin) -> None:
     assert kept.read_text().startswith('{\n    "regions"')
 
 
-def test_missing_final_newline_is_a_difference(recorded: Path, charpin) -> None:
+def test_missing_final_newline_is_a_difference(recorded: Path, charpin: Runner) -> None:
     edit(
         recorded / "legacy_sync.py", 'print("sync %s" % name)', 'sys.stdout.write("sync %s" % name)'
     )
@@ -187,7 +187,7 @@ def test_missing_final_newline_is_a_difference(recorded: Path, charpin) -> None:
     assert "No newline at end of file" in out
 
 
-def test_timeout_is_a_failure_class(recorded: Path, charpin) -> None:
+def test_timeout_is_a_failure_class(recorded: Path, charpin: Runner) -> None:
     (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 1.0\n")
     edit(
         recorded / "legacy_sync.py",
@@ -203,7 +203,7 @@ def test_timeout_is_a_failure_class(recorded: Path, charpin) -> None:
     assert result["classes"] == ["timeout"]
 
 
-def test_new_env_key_is_drift_even_while_unset(recorded: Path, charpin) -> None:
+def test_new_env_key_is_drift_even_while_unset(recorded: Path, charpin: Runner) -> None:
     edit(
         recorded / "export_invoices.py",
         "TAX = Decimal(",
@@ -216,7 +216,7 @@ def test_new_env_key_is_drift_even_while_unset(recorded: Path, charpin) -> None:
 
 
 def test_pin_runs_with_only_declared_env(
-    recorded: Path, charpin, monkeypatch: pytest.MonkeyPatch
+    recorded: Path, charpin: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Values in the caller's environment must not reach pins that do not declare them:
     # inv-exempt would print "$" amounts and legacy-empty would log mode=live.
@@ -226,7 +226,7 @@ def test_pin_runs_with_only_declared_env(
     assert code == 0, out + err
 
 
-def test_write_next_to_file_names_the_repo_path(recorded: Path, charpin) -> None:
+def test_write_next_to_file_names_the_repo_path(recorded: Path, charpin: Runner) -> None:
     edit(
         recorded / "make_report.py",
         '    print("%d regions" % len(by_region))',
@@ -245,7 +245,7 @@ def test_write_next_to_file_names_the_repo_path(recorded: Path, charpin) -> None
     assert result["outside_writes"] == ["$REPO/cache.txt"]
 
 
-def test_write_once_cache_in_the_repo_is_still_attributed(recorded: Path, charpin) -> None:
+def test_write_once_cache_in_the_repo_is_still_attributed(recorded: Path, charpin: Runner) -> None:
     # The pin writes the cache only when it is missing, so a plain rerun would not repeat it.
     edit(
         recorded / "legacy_sync.py",
@@ -265,7 +265,7 @@ def test_write_once_cache_in_the_repo_is_still_attributed(recorded: Path, charpi
 
 
 def test_scratch_files_in_tmpdir_and_cwd_that_are_removed_stay_green(
-    tmp_path: Path, charpin
+    tmp_path: Path, charpin: Runner
 ) -> None:
     # Watching the whole sandbox must not blame a program for scratch files it cleans up.
     repo = build_messy_repo(tmp_path)
@@ -284,3 +284,55 @@ def test_scratch_files_in_tmpdir_and_cwd_that_are_removed_stay_green(
     code, out, err = charpin("pins", "check", "--repo", str(repo))
     assert code == 0, out + err
     assert "1 passed, 0 drifted" in out
+
+
+def test_absolute_path_into_the_repo_is_attributed(tmp_path: Path, charpin: Runner) -> None:
+    repo = build_messy_repo(tmp_path)
+    stamp = repo / "stamp.txt"
+    pins = [
+        {"id": "quiet", "argv": ["printf", "ok"]},
+        {"id": "stamp", "argv": ["sh", "-c", 'echo x > "$STAMP"'], "env": {"STAMP": str(stamp)}},
+    ]
+    (repo / "pins.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pins))
+    code, out, err = charpin("pins", "record", "--repo", str(repo))
+    assert code == 2, out + err
+    assert "refused: pin stamp writes into the repository (stamp.txt;" in err
+    assert "recorded quiet" in out
+
+
+def test_repo_change_no_pin_repeats_is_a_warning(tmp_path: Path, charpin: Runner) -> None:
+    # Written once through an absolute path: replayed alone it finds the file and writes nothing,
+    # so charpin cannot name the pin; it must still tell the user the repository changed.
+    repo = build_messy_repo(tmp_path)
+    stamp = repo / "stamp.txt"
+    pin = {
+        "id": "once",
+        "argv": ["sh", "-c", '[ -e "$S" ] || echo x > "$S"'],
+        "env": {"S": "/dev/null"},
+    }
+    (repo / "pins.jsonl").write_text(json.dumps(pin) + "\n")
+    assert charpin("pins", "record", "--repo", str(repo))[0] == 0
+    lines = (
+        (repo / "pins.jsonl")
+        .read_text()
+        .replace('"S": "/dev/null"', json.dumps({"S": str(stamp)})[1:-1])
+    )
+    (repo / "pins.jsonl").write_text(lines)
+    code, out, err = charpin("pins", "check", "--repo", str(repo))
+    assert code == 0, out + err  # nobody to blame: a warning, not a failure of every pin
+    assert "warning: the repository changed during the replay (stamp.txt)" in err
+    assert stamp.read_text() == "x\n"
+
+
+def test_timed_out_pin_still_names_its_repo_writes(recorded: Path, charpin: Runner) -> None:
+    (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 1.0\n")
+    edit(
+        recorded / "legacy_sync.py",
+        "def sync(names):",
+        'open(os.path.join(os.path.dirname(__file__), "cache.txt"), "w").write("x")\n'
+        "import time\ntime.sleep(30)\n\n\ndef sync(names):",
+    )
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded), "--id", "legacy")
+    assert code == 2
+    assert "DRIFT legacy [timeout]  classes: timeout\n" in out
+    assert "wrote into the repository: cache.txt" in out

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pins_helpers import write_pins
+from pins_helpers import Runner, write_pins
 
 
-def test_pins_without_subcommand_is_usage(charpin) -> None:
+def test_pins_without_subcommand_is_usage(charpin: Runner) -> None:
     code, _out, err = charpin("pins")
     assert code == 64
     assert "choose a subcommand" in err
@@ -24,14 +24,16 @@ def test_pins_without_subcommand_is_usage(charpin) -> None:
         (["--id", "x", "--env", "NOVALUE", "--", "a.py"], "is not KEY=VALUE"),
     ],
 )
-def test_record_usage_errors(messy_repo: Path, charpin, args: list[str], message: str) -> None:
+def test_record_usage_errors(
+    messy_repo: Path, charpin: Runner, args: list[str], message: str
+) -> None:
     code, _out, err = charpin("pins", "record", "--repo", str(messy_repo), *args)
     assert code == 64
     assert message in err
     assert err.count("\n") == 1
 
 
-def test_actual_dir_outside_the_repo_is_refused(messy_repo: Path, charpin) -> None:
+def test_actual_dir_outside_the_repo_is_refused(messy_repo: Path, charpin: Runner) -> None:
     (messy_repo / "pyproject.toml").write_text("[tool.charpin.pins]\nactual_dir = '.'\n")
     code, _out, err = charpin("pins", "check", "--repo", str(messy_repo))
     assert code == 64
@@ -39,7 +41,7 @@ def test_actual_dir_outside_the_repo_is_refused(messy_repo: Path, charpin) -> No
     assert (messy_repo / "export_invoices.py").exists()
 
 
-def test_foreign_actual_dir_is_not_emptied(messy_repo: Path, charpin) -> None:
+def test_foreign_actual_dir_is_not_emptied(messy_repo: Path, charpin: Runner) -> None:
     (messy_repo / "pyproject.toml").write_text("[tool.charpin.pins]\nactual_dir = 'fixtures'\n")
     write_pins(messy_repo, [{"id": "legacy", "argv": ["legacy_sync.py", "a"]}])
     code, _out, err = charpin("pins", "check", "--repo", str(messy_repo))
@@ -48,7 +50,7 @@ def test_foreign_actual_dir_is_not_emptied(messy_repo: Path, charpin) -> None:
     assert (messy_repo / "fixtures" / "report" / "data" / "sales.csv").exists()
 
 
-def test_unrecorded_pin_in_check_is_an_error(messy_repo: Path, charpin) -> None:
+def test_unrecorded_pin_in_check_is_an_error(messy_repo: Path, charpin: Runner) -> None:
     write_pins(messy_repo, [{"id": "legacy", "argv": ["legacy_sync.py", "a"]}])
     code, out, _err = charpin("pins", "check", "--repo", str(messy_repo))
     assert code == 2
@@ -56,7 +58,7 @@ def test_unrecorded_pin_in_check_is_an_error(messy_repo: Path, charpin) -> None:
     assert "no golden yet: run `charpin pins record`" in out
 
 
-def test_missing_script_is_an_error_not_a_crash(messy_repo: Path, charpin) -> None:
+def test_missing_script_is_an_error_not_a_crash(messy_repo: Path, charpin: Runner) -> None:
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
     (messy_repo / "legacy_sync.py").unlink()
     code, out, err = charpin("pins", "check", "--repo", str(messy_repo))
@@ -66,7 +68,7 @@ def test_missing_script_is_an_error_not_a_crash(messy_repo: Path, charpin) -> No
     assert "Traceback" not in out + err
 
 
-def test_nested_output_folder_may_be_created(messy_repo: Path, charpin) -> None:
+def test_nested_output_folder_may_be_created(messy_repo: Path, charpin: Runner) -> None:
     (messy_repo / "pyproject.toml").write_text("[tool.charpin.pins]\noutput = 'build/out'\n")
     (messy_repo / "nested.py").write_text(
         "import os\nos.makedirs('build/out')\nopen('build/out/a.txt', 'w').write('a')\n"

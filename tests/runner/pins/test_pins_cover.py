@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pins_helpers import write_pins
+from pins_helpers import Runner, write_pins
 
 pytest.importorskip("coverage")
 
 
-def test_cover_lists_the_unexercised_branch(messy_repo: Path, charpin) -> None:
+def test_cover_lists_the_unexercised_branch(messy_repo: Path, charpin: Runner) -> None:
     write_pins(messy_repo, [{"id": "legacy", "argv": ["legacy_sync.py", "a"]}])
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
     code, out, err = charpin("pins", "cover", "--repo", str(messy_repo))
@@ -38,13 +38,13 @@ def test_cover_lists_the_unexercised_branch(messy_repo: Path, charpin) -> None:
     assert f"  branch: {main_guard} -> exit\n" in out
 
 
-def test_cover_without_pins_is_a_usage_error(tmp_path: Path, charpin) -> None:
+def test_cover_without_pins_is_a_usage_error(tmp_path: Path, charpin: Runner) -> None:
     code, _out, err = charpin("pins", "cover", "--repo", str(tmp_path))
     assert code == 64
     assert "no pins" in err
 
 
-def test_cover_reports_an_extra_entry_point_no_pin_runs(messy_repo: Path, charpin) -> None:
+def test_cover_reports_an_extra_entry_point_no_pin_runs(messy_repo: Path, charpin: Runner) -> None:
     write_pins(messy_repo, [{"id": "legacy", "argv": ["legacy_sync.py", "a"]}])
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
     code, out, _err = charpin(

@@ -10,6 +10,7 @@ from charpin_runner.errors import IntegrityError
 from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.model import Case, Observation, OutFile, Pin
 from charpin_runner.pins.store import load_jsonl, load_pins, save_golden, save_jsonl
+from pins_helpers import Runner
 
 RAW = b"caf\xe9 \xff\x00 not utf-8\n"
 
@@ -76,7 +77,7 @@ def test_corrupt_line_is_refused_with_its_number(tmp_path: Path, text: str, mess
     assert "\n" not in str(info.value)
 
 
-def test_corrupt_file_exits_8_and_missing_pins_exit_64(tmp_path: Path, charpin) -> None:
+def test_corrupt_file_exits_8_and_missing_pins_exit_64(tmp_path: Path, charpin: Runner) -> None:
     code, _out, err = charpin("pins", "check", "--repo", str(tmp_path))
     assert code == 64
     assert "no pins" in err

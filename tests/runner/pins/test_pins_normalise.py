@@ -9,7 +9,7 @@ import pytest
 from charpin_runner.errors import ConfigError
 from charpin_runner.pins.config import NormRule, default_rules
 from charpin_runner.pins.normalise import Places, compile_rules, normalise_all
-from pins_helpers import edit, write_pins
+from pins_helpers import Runner, edit, write_pins
 
 PLACES = Places(
     work="/w/sandbox/work", tmp="/w/sandbox/tmp", home="/w/sandbox/home", repo="/tmp/x/repo"
@@ -65,7 +65,7 @@ def test_bad_rules_are_refused() -> None:
         compile_rules([NormRule(name="a", kind="work"), NormRule(name="a", kind="home")], PLACES)
 
 
-def test_count_change_is_drift_even_when_bytes_match(messy_repo: Path, charpin) -> None:
+def test_count_change_is_drift_even_when_bytes_match(messy_repo: Path, charpin: Runner) -> None:
     (messy_repo / "where.py").write_text("import os\nprint('cwd', os.getcwd())\n")
     write_pins(messy_repo, [{"id": "where", "argv": ["where.py"]}])
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
@@ -80,7 +80,7 @@ def test_count_change_is_drift_even_when_bytes_match(messy_repo: Path, charpin) 
     assert "normalisation rule 'work': 1 hits recorded, 0 now" in out
 
 
-def test_rules_come_from_pyproject(messy_repo: Path, charpin) -> None:
+def test_rules_come_from_pyproject(messy_repo: Path, charpin: Runner) -> None:
     (messy_repo / "pyproject.toml").write_text(
         "[[tool.charpin.pins.normalise]]\nname = 'stamp'\nkind = 'timestamp'\n"
     )
@@ -95,7 +95,7 @@ def test_rules_come_from_pyproject(messy_repo: Path, charpin) -> None:
     assert golden["norm_counts"] == {"stamp": 1}
 
 
-def test_bad_rule_in_pyproject_is_a_config_error(messy_repo: Path, charpin) -> None:
+def test_bad_rule_in_pyproject_is_a_config_error(messy_repo: Path, charpin: Runner) -> None:
     (messy_repo / "pyproject.toml").write_text(
         "[[tool.charpin.pins.normalise]]\nname = 'x'\nkind = 'paths'\n"
     )

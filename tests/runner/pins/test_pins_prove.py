@@ -10,7 +10,7 @@ from charpin_runner.pins.execute import Run
 from charpin_runner.pins.model import Case, Observation, OutFile, Pin
 from charpin_runner.pins.prove import mutants, prove, weak_pins
 from charpin_runner.pins.replay import judge
-from pins_helpers import write_pins
+from pins_helpers import Runner, write_pins
 
 GOLDEN = Observation(
     exit_code=0,
@@ -72,7 +72,7 @@ def test_weak_pins_are_warned_about() -> None:
     ]
 
 
-def test_cli_prove(messy_repo: Path, charpin) -> None:
+def test_cli_prove(messy_repo: Path, charpin: Runner) -> None:
     (messy_repo / "quiet.py").write_text("import sys\n")
     pins = [
         {"id": "quiet", "argv": ["quiet.py"]},

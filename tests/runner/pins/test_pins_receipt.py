@@ -8,7 +8,7 @@ from pathlib import Path
 from charpin_runner import config as charpin_config
 from charpin_runner.pins.replay import replay_for_receipt
 from charpin_runner.receipt import Pins
-from pins_helpers import edit
+from pins_helpers import Runner, edit
 
 
 def test_repo_without_pins(tmp_path: Path) -> None:
@@ -16,7 +16,7 @@ def test_repo_without_pins(tmp_path: Path) -> None:
     assert result == Pins(None, False, [])
 
 
-def test_repo_with_pins(messy_repo: Path, charpin) -> None:
+def test_repo_with_pins(messy_repo: Path, charpin: Runner) -> None:
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
     edit(messy_repo / "export_invoices.py", "return 3", "return 4")
     result = replay_for_receipt(messy_repo, charpin_config.load(messy_repo))

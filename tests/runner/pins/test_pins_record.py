@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pins_helpers import edit, write_pins
+from pins_helpers import Runner, edit, write_pins
 
 
 @pytest.mark.parametrize(
@@ -18,7 +18,7 @@ from pins_helpers import edit, write_pins
     ],
 )
 def test_unstable_program_is_refused_naming_the_perturbation(
-    messy_repo: Path, charpin, what: str, perturbation: str
+    messy_repo: Path, charpin: Runner, what: str, perturbation: str
 ) -> None:
     write_pins(messy_repo, [])
     code, out, err = charpin(
@@ -30,7 +30,7 @@ def test_unstable_program_is_refused_naming_the_perturbation(
     assert "u-" + what not in (messy_repo / "pins.jsonl").read_text()
 
 
-def test_timezone_dependence_is_named(messy_repo: Path, charpin) -> None:
+def test_timezone_dependence_is_named(messy_repo: Path, charpin: Runner) -> None:
     (messy_repo / "tz.py").write_text(
         "import time\nprint(time.strftime('%z', time.localtime(0)))\n"
     )
@@ -41,13 +41,13 @@ def test_timezone_dependence_is_named(messy_repo: Path, charpin) -> None:
     assert "pin tz is unstable under TZ:" in err
 
 
-def test_umask_changes_only_modes_so_the_pin_is_stable(messy_repo: Path, charpin) -> None:
+def test_umask_changes_only_modes_so_the_pin_is_stable(messy_repo: Path, charpin: Runner) -> None:
     code, out, err = charpin("pins", "record", "--repo", str(messy_repo))
     assert code == 0, out + err
     assert "recorded report" in out
 
 
-def test_record_refuses_to_overwrite_without_update(messy_repo: Path, charpin) -> None:
+def test_record_refuses_to_overwrite_without_update(messy_repo: Path, charpin: Runner) -> None:
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
     before = (messy_repo / "pins.jsonl").read_bytes()
     code, _out, err = charpin(
@@ -62,7 +62,7 @@ def test_record_refuses_to_overwrite_without_update(messy_repo: Path, charpin) -
 
 
 def test_update_is_refused_when_ci_is_set(
-    messy_repo: Path, charpin, monkeypatch: pytest.MonkeyPatch
+    messy_repo: Path, charpin: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
     monkeypatch.setenv("CI", "true")
@@ -71,7 +71,7 @@ def test_update_is_refused_when_ci_is_set(
     assert "refusing --update while CI is set" in err
 
 
-def test_update_one_pin_prints_the_category(messy_repo: Path, charpin) -> None:
+def test_update_one_pin_prints_the_category(messy_repo: Path, charpin: Runner) -> None:
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
     edit(messy_repo / "export_invoices.py", '"processed %d customers"', '"done: %d customers"')
     code, out, err = charpin("pins", "record", "--repo", str(messy_repo), "--update", "inv-usd")
@@ -92,7 +92,7 @@ def test_update_one_pin_prints_the_category(messy_repo: Path, charpin) -> None:
     assert "updated inv-usd: unchanged" in out
 
 
-def test_update_names_every_category(messy_repo: Path, charpin) -> None:
+def test_update_names_every_category(messy_repo: Path, charpin: Runner) -> None:
     assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
     edit(messy_repo / "make_report.py", "return 0", 'open("out/extra", "w").close()\n    return 5')
     code, out, _err = charpin("pins", "record", "--repo", str(messy_repo), "--update", "report")
@@ -100,7 +100,7 @@ def test_update_names_every_category(messy_repo: Path, charpin) -> None:
     assert "updated report: exit code, file set" in out
 
 
-def test_case_folder_is_recorded_into_goldens(messy_repo: Path, charpin) -> None:
+def test_case_folder_is_recorded_into_goldens(messy_repo: Path, charpin: Runner) -> None:
     write_pins(messy_repo, [])
     case = messy_repo / "cases" / "usd-case"
     case.mkdir(parents=True)
@@ -119,7 +119,7 @@ def test_case_folder_is_recorded_into_goldens(messy_repo: Path, charpin) -> None
     assert "--update nope: no such pin" in err
 
 
-def test_writes_outside_output_refused_at_record(messy_repo: Path, charpin) -> None:
+def test_writes_outside_output_refused_at_record(messy_repo: Path, charpin: Runner) -> None:
     write_pins(messy_repo, [])
     (messy_repo / "leak.py").write_text("open('stray.txt', 'w').write('x')\n")
     code, _out, err = charpin(
@@ -129,7 +129,7 @@ def test_writes_outside_output_refused_at_record(messy_repo: Path, charpin) -> N
     assert "writes outside the output folder ($WORK/stray.txt)" in err
 
 
-def test_non_python_command_target(messy_repo: Path, charpin) -> None:
+def test_non_python_command_target(messy_repo: Path, charpin: Runner) -> None:
     write_pins(messy_repo, [])
     code, out, err = charpin(
         "pins", "record", "--repo", str(messy_repo), "--id", "echo", "--", "printf", "a\\nb"
@@ -140,7 +140,7 @@ def test_non_python_command_target(messy_repo: Path, charpin) -> None:
     assert charpin("pins", "check", "--repo", str(messy_repo))[0] == 0
 
 
-def test_writes_into_the_repository_refused_at_record(messy_repo: Path, charpin) -> None:
+def test_writes_into_the_repository_refused_at_record(messy_repo: Path, charpin: Runner) -> None:
     write_pins(messy_repo, [{"id": "ok", "argv": ["legacy_sync.py", "a"]}])
     (messy_repo / "dirty.py").write_text(
         "import os\nopen(os.path.join(os.path.dirname(__file__), 'cache.txt'), 'w').write('x')\n"
