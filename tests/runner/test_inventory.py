@@ -260,10 +260,7 @@ def test_setup_py_string_entry_points_and_poetry_scripts(tmp_path: Path) -> None
     )
     (tmp_path / "pyproject.toml").write_text('[tool.poetry.scripts]\npoet = "p.cli:run"\n')
     names = {e.name for e in _inv(tmp_path).entries}
-    if sys.version_info >= (3, 11):
-        assert names == {"legacy-Tool", "poet"}
-    else:  # pragma: no cover - the suite runs on 3.11
-        assert names == {"legacy-Tool"}
+    assert names == {"legacy-Tool", "poet"}
 
 
 @pytest.mark.skipif(not PY39.exists(), reason="Python 3.9 is not installed here")
