@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 # Variables that must never leak into what tests run (agent sockets, proxies, user ssh config).
+# CI is scrubbed too: CI runs the suite with CI=true; tests of the CI refusal set it themselves.
 _SCRUB = (
+    "CI",
     "SSH_AUTH_SOCK",
     "SSH_AGENT_PID",
     "http_proxy",
