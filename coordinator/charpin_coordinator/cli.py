@@ -23,10 +23,13 @@ class _Parser(argparse.ArgumentParser):
         raise CharpinError(f"{self.prog}: {message} (see --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the full `charpin-remote` parser."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Return the `charpin-remote` parser; with `command`, only what that command needs.
+
+    `compare` is often run on big receipts in CI: it should not pay for importing the SSH
+    pipeline's modules just to build sub-parsers it will never use.
+    """
     from charpin_coordinator import compare_cli
-    from charpin_coordinator.remote import cli as remote_cli
 
     parser = _Parser(
         prog="charpin-remote", description="One snapshot, many boxes, one drift report."
@@ -34,7 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     compare_cli.add_parsers(sub)
-    remote_cli.add_parsers(sub)
+    if command != "compare":
+        from charpin_coordinator.remote import cli as remote_cli
+
+        remote_cli.add_parsers(sub)
     return parser
 
 
@@ -42,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run `charpin-remote`; return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
+        parser = build_parser(args_list[0] if args_list else None)
         args = parser.parse_args(args_list)
         handler: Handler | None = getattr(args, "handler", None)
         if handler is None:

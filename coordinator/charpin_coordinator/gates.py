@@ -125,7 +125,8 @@ def _clean_tree(r: Receipt) -> Verdict:
     return "FAIL", "; ".join(parts)
 
 
-def _state_map(states: list[FileState]) -> dict[str, tuple[object, ...]]:
+def state_map(states: list[FileState]) -> dict[str, tuple[object, ...]]:
+    """Path -> (kind, mode, sha256, target): what two fixture states are compared on."""
     return {s.path: (s.kind, s.mode, s.sha256, s.target) for s in states}
 
 
@@ -161,13 +162,13 @@ def _blamed_paths(
     is uncommitted there; otherwise it is blamed on the box that is not the baseline.
     """
     base_label = base[0] if base else None
-    mine = _state_map(r.fixtures.before)
+    mine = state_map(r.fixtures.before)
     blamed: set[str] = set()
     for other_label, other in receipts:
         if other_label == label or other.identity.head_before != r.identity.head_before:
             # Boxes on different commits differ for a reason the Identity gate already names.
             continue
-        theirs = _state_map(other.fixtures.before)
+        theirs = state_map(other.fixtures.before)
         for path in set(mine) | set(theirs):
             if mine.get(path) == theirs.get(path):
                 continue
