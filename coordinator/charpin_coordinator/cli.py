@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so usage errors get exit 64 like the rest."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise CharpinError(f"{self.prog}: {message} (see --help)")
+        raise CharpinError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -100,6 +100,11 @@ def add_parsers(sub: Any) -> None:
         metavar="FILE",
         help="also report this repo-relative Python file (repeatable)",
     )
+    cov.add_argument(
+        "--pins-only",
+        action="store_true",
+        help="report only the pins' own targets, not every entry point of `charpin inventory`",
+    )
     cov.set_defaults(handler=_cover)
 
 
@@ -385,8 +390,11 @@ def _cover(args: argparse.Namespace) -> int:
     repo, config = _load(args)
     pin_set = load_pins(repo, config)
     require_pins(pin_set, config)
+    entries = list(args.entry)
+    if not args.pins_only:
+        entries += _inventoried_files(repo)
     with Session(repo, config) as session:
-        report = cover(session, pin_set.all, jobs_for(config, args.jobs), args.entry)
+        report = cover(session, pin_set.all, jobs_for(config, args.jobs), sorted(set(entries)))
     for entry in report:
         print(
             f"{entry.path}: {len(entry.missing_lines)} of {entry.lines} lines and "
@@ -398,6 +406,22 @@ def _cover(args: argparse.Namespace) -> int:
             target = "exit" if end < 0 else str(end)
             print(f"  branch: {start} -> {target}")
     return EXIT_CLEAN
+
+
+def _inventoried_files(repo: Path) -> list[str]:
+    """The Python files of the entry points `charpin inventory` finds, pinned or not."""
+    from charpin_runner.inventory.build import build_inventory
+
+    try:
+        config = charpin_config.load(repo)
+    except CharpinError:  # the pins' own targets are still covered; inventory is a bonus here
+        config = charpin_config.CharpinConfig()
+    files = []
+    for entry in build_inventory(repo, config).entries:
+        rel = entry.source or entry.file
+        if rel.endswith(".py") and (repo / rel).is_file():
+            files.append(rel)
+    return files
 
 
 def _ranges(numbers: list[int]) -> str:

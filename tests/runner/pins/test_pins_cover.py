@@ -57,3 +57,19 @@ def test_cover_reports_an_extra_entry_point_no_pin_runs(messy_repo: Path, charpi
     code, _out, err = charpin("pins", "cover", "--repo", str(messy_repo), "--entry", "nope.py")
     assert code == 64
     assert "entry point nope.py is not a file" in err
+
+
+def test_cover_reports_inventoried_entry_points_that_no_pin_runs(
+    messy_repo: Path, charpin: Runner
+) -> None:
+    write_pins(messy_repo, [{"id": "legacy", "argv": ["legacy_sync.py", "a"]}])
+    assert charpin("pins", "record", "--repo", str(messy_repo))[0] == 0
+    code, out, err = charpin("pins", "cover", "--repo", str(messy_repo))
+    assert code == 0, out + err
+    # make_report.py has a __main__ block (the inventory finds it) but no pin runs it.
+    total = next(line for line in out.splitlines() if line.startswith("make_report.py: "))
+    missing, _, lines = total.split(" lines")[0].removeprefix("make_report.py: ").partition(" of ")
+    assert missing == lines != "0"
+    code, out, _err = charpin("pins", "cover", "--repo", str(messy_repo), "--pins-only")
+    assert code == 0
+    assert "make_report.py" not in out
