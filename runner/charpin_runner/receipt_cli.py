@@ -19,14 +19,13 @@ from charpin_runner import config as config_mod
 from charpin_runner import gitstate
 from charpin_runner.errors import EXIT_INTERRUPTED, ConfigError, UsageError
 from charpin_runner.interpret import EXIT_CODES
+from charpin_runner.procgroup import become_subreaper, stop_on_signals
 from charpin_runner.receipt import OUTCOMES, Receipt, dumps, write_atomic
 from charpin_runner.run_receipt import (
     Request,
-    become_subreaper,
     ensure_receipt_folder,
     new_run_id,
     produce,
-    stop_on_signals,
     watch_given,
 )
 

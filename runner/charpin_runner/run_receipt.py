@@ -13,18 +13,12 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from types import FrameType
 from typing import Any, cast
 
 import charpin_runner
@@ -33,6 +27,7 @@ from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, DEFAULT_WATCH,
 from charpin_runner.errors import CharpinError, ConfigError, RunError, UsageError
 from charpin_runner.interpret import Ending, interpret
 from charpin_runner.probe import ProbeData, read_probe
+from charpin_runner.procgroup import StopFlag, run_child
 from charpin_runner.receipt import (
     OUTCOMES,
     SCHEMA_VERSION,
@@ -46,14 +41,6 @@ from charpin_runner.receipt import (
     Receipt,
     Tree,
 )
-
-# Grace between SIGTERM and SIGKILL for a test command we are stopping.
-TERM_GRACE = 5.0
-# Shorter when charpin itself was asked to stop: the receipt still has to be written quickly.
-INTERRUPT_GRACE = 1.0
-# Upper bound on waiting for killed group members to disappear.
-_REAP_BOUND = 5.0
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass(frozen=True)
@@ -78,31 +65,6 @@ class Request:
     # Kill every child this process has after the run: only for a process that became a
     # subreaper and runs nothing else (the CLI), never for a library caller.
     kill_adopted: bool = False
-
-
-class StopFlag:
-    """Set by SIGINT/SIGTERM while a receipt is being produced; the run then winds down."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.requested = True
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[StopFlag]:
-    """Turn SIGINT/SIGTERM into a flag (main thread only), so the receipt is still written."""
-    flag = StopFlag()
-    old: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, flag._handle)
-    try:
-        yield flag
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -310,137 +272,6 @@ def import_root(scratch: Path) -> str:
     link.parent.mkdir(exist_ok=True)
     link.symlink_to(package, target_is_directory=True)
     return str(link.parent)
-
-
-def run_child(
-    argv: list[str],
-    repo: Path,
-    env: dict[str, str],
-    timeout: float | None,
-    stop: StopFlag,
-    adopted: bool = False,
-) -> Ending:
-    """Run argv in its own process group; on any end, SIGKILL the group and wait it out.
-
-    With adopted=True (see become_subreaper) every remaining child of this process, which
-    includes daemons that left the group with setsid(), is killed as well."""
-    try:
-        proc = subprocess.Popen(argv, cwd=str(repo), env=env, start_new_session=True)
-    except OSError as exc:
-        raise RunError(
-            f"cannot start the test command {argv[0]!r}: {exc.strerror}; "
-            "fix test_command in [tool.charpin]"
-        ) from exc
-    deadline = None if timeout is None else time.monotonic() + timeout
-    try:
-        status, timed_out = _supervise(proc, deadline, lambda: stop.requested)
-    finally:
-        if proc.poll() is None:
-            _stop(proc, INTERRUPT_GRACE)
-        # Lingering background processes of the run die here, before anything is re-hashed.
-        kill_group(proc.pid)
-        if adopted:
-            kill_adopted()
-    return Ending(status=status, timed_out=timed_out, timeout=timeout)
-
-
-def _supervise(
-    proc: subprocess.Popen[bytes], deadline: float | None, stopping: Callable[[], bool]
-) -> tuple[int, bool]:
-    while True:
-        try:
-            return proc.wait(timeout=0.05), False
-        except subprocess.TimeoutExpired:
-            pass
-        if stopping():
-            # Whoever stopped us waits for the receipt (the coordinator allows a few seconds).
-            return _stop(proc, INTERRUPT_GRACE), False
-        if deadline is not None and time.monotonic() >= deadline:
-            return _stop(proc, TERM_GRACE), True
-
-
-def _stop(proc: subprocess.Popen[bytes], grace: float) -> int:
-    """SIGTERM the group, give it grace seconds, then SIGKILL it."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    try:
-        return proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal_group(proc.pid, signal.SIGKILL)
-        return proc.wait()
-
-
-def kill_group(pgid: int) -> None:
-    """SIGKILL every process in group pgid and wait (bounded) until none is left running."""
-    _signal_group(pgid, signal.SIGKILL)
-    until = time.monotonic() + _REAP_BOUND
-    while time.monotonic() < until and group_alive(pgid):
-        time.sleep(0.01)
-
-
-def group_alive(pgid: int) -> bool:
-    """True while some non-zombie process is in group pgid (zombies cannot write files)."""
-    if not Path("/proc").is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
-    return any(group == pgid and state not in "ZX" for _, _, group, state in _processes())
-
-
-def become_subreaper() -> bool:
-    """Linux: adopt orphaned descendants (PR_SET_CHILD_SUBREAPER), so that a daemon which
-    setsid()s out of the test's process group is re-parented to us and kill_adopted() finds it.
-    Only for a process that runs nothing else, i.e. the CLI. False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes  # here only: some minimal Pythons lack it
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (ImportError, OSError, AttributeError):
-        return False
-
-
-def kill_adopted() -> None:
-    """SIGKILL and reap every child of this process, repeatedly: each kill can orphan that
-    process's own children onto us. Bounded in time like kill_group."""
-    me = os.getpid()
-    until = time.monotonic() + _REAP_BOUND
-    while time.monotonic() < until:
-        children = [pid for pid, parent, _, _ in _processes() if parent == me]
-        if not children:
-            return
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, os.WNOHANG)
-            except (ProcessLookupError, ChildProcessError, PermissionError):
-                pass
-        time.sleep(0.01)
-
-
-def _processes() -> Iterator[tuple[int, int, int, str]]:
-    """(pid, parent pid, process group, state letter) of every process visible in /proc."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may contain spaces and parentheses; fields resume after the last ')'.
-        fields = text.rsplit(")", 1)[-1].split()
-        if len(fields) > 2:
-            yield int(entry.name), int(fields[1]), int(fields[2]), fields[0]
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _state_after(repo: Path) -> tuple[gitstate.GitState, list[str]]:
