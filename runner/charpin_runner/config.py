@@ -80,7 +80,10 @@ def load(repo: Path) -> CharpinConfig:
     tool = data.get("tool", {})
     if not isinstance(tool, dict) or "charpin" not in tool:
         return CharpinConfig()
-    return from_table(tool["charpin"])
+    try:
+        return from_table(tool["charpin"])
+    except ConfigError as exc:  # name the file, as the coordinator does
+        raise ConfigError(f"{pyproject}: {exc}") from exc
 
 
 def load_json(path: Path) -> CharpinConfig:
@@ -89,7 +92,10 @@ def load_json(path: Path) -> CharpinConfig:
         table = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read configuration {path}: {exc}") from exc
-    return from_table(table)
+    try:
+        return from_table(table)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from charpin_coordinator.remote.boxrun import BoxTarget, RunPlan, run_box
 from charpin_coordinator.remote.bundle import runner_bundle
 from charpin_coordinator.remote.transport import LocalTransport
 
-from tests.conftest import git
+from tests.conftest import git, make_repo
 
 RUNNER_PATH = str(Path(__file__).resolve().parents[2] / "runner")
 
@@ -364,3 +364,104 @@ def test_box_python_without_pytest_and_no_setup_names_the_fix(git_repo: Path) ->
     assert missing["kind"] == "setup-failed"
     assert 'setup = ["pip install pytest"]' in missing["reason"]
     assert code & 4
+
+
+class _RecordingTransport(LocalTransport):
+    """A real LocalTransport that also keeps every argv it ran (what `ps` on a box would show)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.argvs: list[list[str]] = []
+
+    def run(self, argv, **kwargs):  # type: ignore[no-untyped-def, override]
+        self.argvs.append(list(argv))
+        return super().run(argv, **kwargs)
+
+
+def test_host_env_values_reach_the_tests_but_never_a_command_line(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "tests/test_env.py": (
+                "import os\n"
+                "def test_value_arrives():\n"
+                "    assert os.environ['APP_DSN'] == 'postgres://u:hunter2pass@db/x'\n"
+            )
+        },
+    )
+    snap = snapshot.resolve(repo, "HEAD")
+    root = tmp_path / "box"
+    root.mkdir()
+    box = _RecordingTransport("b", root, base_env=dict(os.environ))
+    plan = RunPlan(
+        run_id="env-run",
+        snap=snap,
+        config_table=load_config(repo, rev=snap.commit).table,
+        setup=[],
+        timeout=120,
+        keep=False,
+        runner=runner_bundle(),
+        repo_key="k",
+    )
+    target = BoxTarget(
+        label="b",
+        folder="b",
+        python=sys.executable,
+        connect=lambda: box,
+        env={"APP_DSN": "postgres://u:hunter2pass@db/x"},
+    )
+    outcome = run_box(target, plan, lambda _b, _p: None, threading.Event())
+    assert outcome.receipt is not None, outcome.not_evaluated
+    assert outcome.receipt.outcomes == {"tests/test_env.py::test_value_arrives": "passed"}
+    assert box.argvs, "the box ran nothing"
+    assert not any("hunter2pass" in arg for argv in box.argvs for arg in argv)
+
+
+def test_hosts_check_from_a_subfolder_reads_the_repository_config(
+    git_repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bare = _bare_python()
+    (git_repo / "pyproject.toml").write_text(f'[tool.charpin.hosts.clean]\npython = "{bare}"\n')
+    monkeypatch.chdir(git_repo / "tests")
+    assert main(["hosts", "check", "--hosts", "clean"]) == 4
+    assert f"[clean] BAD pytest: {bare} on clean" in capsys.readouterr().out
+
+
+def test_an_oversized_log_keeps_its_end(tmp_path: Path) -> None:
+    from charpin_coordinator.remote.boxrun import MAX_LOG_BYTES
+
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "tests/test_loud.py": (
+                "import sys\n"
+                f"def test_loud():\n    sys.stdout.write('x' * {MAX_LOG_BYTES + 1_000_000})\n"
+                "    assert False, 'the-real-failure'\n"
+            )
+        },
+    )
+    snap = snapshot.resolve(repo, "HEAD")
+    root = tmp_path / "box"
+    root.mkdir()
+    plan = RunPlan(
+        run_id="loud",
+        snap=snap,
+        config_table=load_config(repo, rev=snap.commit).table,
+        setup=[],
+        timeout=120,
+        keep=False,
+        runner=runner_bundle(),
+        repo_key="k",
+    )
+    target = BoxTarget(
+        label="b",
+        folder="b",
+        python=sys.executable,
+        connect=lambda: LocalTransport("b", root, base_env=dict(os.environ)),
+    )
+    outcome = run_box(target, plan, lambda _b, _p: None, threading.Event())
+    assert outcome.receipt is not None, outcome.not_evaluated
+    log = outcome.stdout
+    assert log.startswith(b"(charpin-remote: stdout.log is over ")
+    assert b"the-real-failure" in log
+    assert len(log) <= MAX_LOG_BYTES + 200

@@ -81,6 +81,17 @@ def test_five_megabytes_of_output_do_not_deadlock(ssh_box: SshBox) -> None:
     assert done.stderr.endswith(b"end\n")
 
 
+def test_runaway_output_is_capped_keeping_its_tail(ssh_box: SshBox) -> None:
+    from charpin_coordinator.remote.ssh import MAX_COMMAND_OUTPUT
+
+    script = "head -c 12000000 /dev/zero; echo last-line"
+    with open_box(spec_of(ssh_box)) as box:
+        done = box.run(["sh", "-c", script], timeout=60)
+    assert not done.timed_out
+    assert len(done.stdout) == MAX_COMMAND_OUTPUT
+    assert done.stdout.endswith(b"last-line\n")
+
+
 def test_run_timeout_returns_and_kills_the_remote_process_group(ssh_box: SshBox) -> None:
     with open_box(spec_of(ssh_box)) as box:
         started = box.run(["true"], timeout=10)

@@ -21,7 +21,7 @@ from charpin_runner.receipt import Receipt
 
 from charpin_coordinator.receipts import load_receipt
 from charpin_coordinator.remote import snapshot
-from charpin_coordinator.remote.boxscripts import CLEAN, KILL, LAUNCH, PREP, SETUP, WAIT
+from charpin_coordinator.remote.boxscripts import CLEAN, KILL, LAUNCH, PREP, SETUP, TAIL, WAIT
 from charpin_coordinator.remote.bundle import RunnerBundle
 from charpin_coordinator.remote.transport import Completed, Transport
 from charpin_coordinator.report import NotEvaluated, NotEvaluatedKind
@@ -130,6 +130,8 @@ class _Pipeline:
             out,
         )
         self.python = target.python
+        # One deadline per box, counted from its start: setup and the tests share it.
+        self.ends = time.monotonic() + float(target.timeout or plan.timeout)
         self.killed_at_deadline = False
         self.paths: dict[str, str] = {}
 
@@ -239,7 +241,8 @@ class _Pipeline:
         return str(json.loads(done.stdout)["python"])
 
     def _deadline(self) -> float:
-        return float(self.target.timeout or self.plan.timeout)
+        """Seconds left of this box's one deadline (setup and tests share it)."""
+        return max(1.0, round(self.ends - time.monotonic(), 1))
 
     def _receipt_argv(self, python: str, sha: str | None) -> list[str]:
         p = self.paths
@@ -280,12 +283,11 @@ class _Pipeline:
             "-c",
             LAUNCH,
             self.paths["run"],
-            json.dumps(env),
             *self._receipt_argv(python, sha),
         ]
-        done = self._step(launch, "starting the runner")
+        done = self._step(launch, "starting the runner", stdin=json.dumps(env).encode())
         pid = int(done.stdout.strip())
-        ends = time.monotonic() + self._deadline() + GRACE_SECONDS
+        ends = self.ends + GRACE_SECONDS
         while not self._finished(pid):
             if self.stop.is_set() or time.monotonic() > ends:
                 self.out.interrupted = self.stop.is_set()
@@ -333,10 +335,31 @@ class _Pipeline:
         try:
             return self.box.get(self.paths[name], max_bytes=MAX_LOG_BYTES)
         except (IntegrityError, OSError) as exc:
+            tail = self._log_tail(name)
+            if tail is not None:  # a verbose failing suite: its end says what went wrong
+                note = f"(charpin-remote: {name}.log is over {MAX_LOG_BYTES} bytes; its end:)\n"
+                return note.encode() + tail
             return f"(charpin-remote: {name}.log not fetched: {_one_line(exc)})\n".encode()
 
-    def _step(self, argv: list[str], what: str, *, timeout: float = _STEP_TIMEOUT) -> Completed:
-        done = self.box.run(argv, timeout=timeout)
+    def _log_tail(self, name: str) -> bytes | None:
+        """The last MAX_LOG_BYTES of a log that is too big to fetch whole, or None."""
+        done = self.box.run(
+            [self.python, "-I", "-c", TAIL, self.paths[name], str(MAX_LOG_BYTES)],
+            timeout=_STEP_TIMEOUT,
+        )
+        if done.returncode != 0 or done.timed_out:
+            return None
+        return done.stdout[-MAX_LOG_BYTES:]
+
+    def _step(
+        self,
+        argv: list[str],
+        what: str,
+        *,
+        timeout: float = _STEP_TIMEOUT,
+        stdin: bytes | None = None,
+    ) -> Completed:
+        done = self.box.run(argv, timeout=timeout, stdin=stdin)
         if done.returncode != 0 or done.timed_out:
             raise StepError(
                 "runner-failed", f"{self.target.label}: {what} failed: {_tail(done.stderr)}"

@@ -86,7 +86,9 @@ print(json.dumps({"python": python, "cached": cached}))
 
 LAUNCH = r"""
 import json, os, subprocess, sys
-run, extra, argv = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+# The allow-listed variables arrive on stdin: values never appear in argv (ps, sshd logs).
+run, argv = sys.argv[1], sys.argv[2:]
+extra = json.loads(sys.stdin.buffer.read() or b"[]")
 env = dict(os.environ)
 env.update(item.split("=", 1) for item in extra)
 with open(os.path.join(run, "stdout.log"), "wb") as out, \
@@ -164,4 +166,12 @@ try:
     os.rmdir(os.path.dirname(run))  # runs/<run-id>, once the last box of this run is gone
 except OSError:
     pass
+"""
+
+TAIL = r"""
+import os, sys
+path, size = sys.argv[1], int(sys.argv[2])
+with open(path, "rb") as handle:
+    handle.seek(max(0, os.fstat(handle.fileno()).st_size - size))
+    sys.stdout.buffer.write(handle.read(size))
 """

@@ -158,7 +158,10 @@ def run_remote(args: argparse.Namespace) -> int:
         repo_key=snapshot.repo_key(repo),
     )
     folders = results.safe_folders(names)
-    jobs = [_job(spec, folders[spec.name], plan, accept_new=args.accept_new) for spec in specs]
+    jobs = [
+        _job(spec, folders[spec.name], plan, accept_new=args.accept_new, timeout=args.timeout)
+        for spec in specs
+    ]
     with make_progress(names, quiet=args.quiet or args.json) as progress:
         fan = run_all(jobs, max_workers=args.jobs, phase=progress.phase)
     for outcome in fan.outcomes:
@@ -214,15 +217,19 @@ def _toplevel(repo: Path | None) -> Path:
     return Path(done.stdout.strip())
 
 
-def _job(spec: HostSpec, folder: str, plan: RunPlan, *, accept_new: bool) -> Job:
+def _job(
+    spec: HostSpec, folder: str, plan: RunPlan, *, accept_new: bool, timeout: float | None
+) -> Job:
     extras = spec.extras
+    # --timeout on the command line beats a host's configured timeout, which beats the default.
+    box_timeout = timeout or extras.timeout
     env = _passed_env(extras)
     if spec.builtin and spec.name == "local":
         return Job(
             spec.name,
             folder,
             lambda phase, stop: run_local(
-                spec.name, folder, plan, phase, stop, timeout=extras.timeout
+                spec.name, folder, plan, phase, stop, timeout=box_timeout
             ),
         )
     if spec.builtin:
@@ -232,7 +239,7 @@ def _job(spec: HostSpec, folder: str, plan: RunPlan, *, accept_new: bool) -> Job
             keep=plan.keep,
             python=extras.python,
             setup=extras.setup,
-            timeout=extras.timeout,
+            timeout=box_timeout,
             env=env,
         )
     else:
@@ -242,7 +249,7 @@ def _job(spec: HostSpec, folder: str, plan: RunPlan, *, accept_new: bool) -> Job
             connect=lambda: _ssh_connect(spec, accept_new),
             python=extras.python or "python3",
             setup=extras.setup,
-            timeout=extras.timeout,
+            timeout=box_timeout,
             env=env,
         )
     return Job(spec.name, folder, lambda phase, stop: run_box(target, plan, phase, stop))
@@ -334,8 +341,12 @@ def run_hosts_check(args: argparse.Namespace) -> int:
     names = parse_host_list(args.hosts)
     extras: Mapping[str, HostExtras] = {}
     setup: list[str] = []
-    repo = args.repo or Path.cwd()
+    try:
+        repo = _toplevel(args.repo)
+    except UsageError:  # not a git checkout: use the folder as given
+        repo = args.repo or Path.cwd()
     if (repo / "pyproject.toml").is_file():
+        # The working tree's settings: a preflight checks boxes as you are configuring them.
         loaded = load_config(repo)
         extras = decode_host_extras(loaded.hosts)
         setup = list(loaded.charpin.setup)

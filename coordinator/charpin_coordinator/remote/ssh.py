@@ -384,8 +384,10 @@ class SshTransport:
         while True:
             while channel.recv_ready():
                 out += channel.recv(_CHUNK)
+                _keep_tail(out)
             while channel.recv_stderr_ready():
                 err += channel.recv_stderr(_CHUNK)
+                _keep_tail(err)
             if pid is None and b"\n" in out:
                 head, _, rest = bytes(out).partition(b"\n")
                 pid = int(head) if head.isdigit() else -1
@@ -594,3 +596,16 @@ def open_box(
         yield transport
     finally:
         transport.close()
+
+
+# Output of a remote command is read while it runs (paramiko deadlocks otherwise) but kept
+# bounded: a hostile or runaway box must not grow the coordinator's memory. Test output goes to
+# files on the box, so only box-script replies (small JSON) and error tails pass through here.
+MAX_COMMAND_OUTPUT = 8 * 1024 * 1024
+
+
+def _keep_tail(buffer: bytearray) -> None:
+    """Drop the oldest bytes of buffer beyond MAX_COMMAND_OUTPUT (the end explains failures)."""
+    extra = len(buffer) - MAX_COMMAND_OUTPUT
+    if extra > 0:
+        del buffer[:extra]
