@@ -7,11 +7,14 @@ an exit code (the bitmask of design §6) or raise CharpinError, printed as one l
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 from charpin_runner import __version__
 from charpin_runner.errors import EXIT_INTERRUPTED, EXIT_USAGE, CharpinError
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -61,3 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("charpin-remote: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`... | head`): stop quietly, as a killed-by-SIGPIPE process would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE

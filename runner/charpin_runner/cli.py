@@ -8,11 +8,14 @@ raise CharpinError, which becomes one line on stderr and its documented exit cod
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable
 
 from charpin_runner import __version__
 from charpin_runner.errors import EXIT_INTERRUPTED, EXIT_USAGE, CharpinError
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -79,3 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("charpin: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`... | head`): stop quietly, as a killed-by-SIGPIPE process would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
