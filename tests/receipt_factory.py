@@ -97,3 +97,17 @@ def change(obj: Any, **parts: Any) -> Any:
     for head, sub in nested.items():
         direct[head] = change(direct.get(head, getattr(obj, head)), **sub)
     return dataclasses.replace(obj, **direct)
+
+
+def stale_local(label: str = "local") -> Receipt:
+    """A box whose working tree holds an uncommitted edit to the watched fixture."""
+    stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
+    return make_receipt(
+        label,
+        **{
+            "fixtures.before": [stale],
+            "fixtures.after": [stale],
+            "tree.dirty_before": [FIXTURE.path],
+            "tree.dirty_after": [FIXTURE.path],
+        },
+    )

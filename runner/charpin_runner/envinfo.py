@@ -18,16 +18,19 @@ from pathlib import Path
 from charpin_runner.fixtures import hash_file, printable
 from charpin_runner.receipt import Environment
 
-# Names matching any of these (case-insensitive) are never recorded, whatever the allow-list says.
+# Names matching any of these (case-insensitive) are never recorded, never sent to a box and
+# redacted from every artifact, whatever an allow-list says. The coordinator uses this rule too.
 SECRET_PATTERNS = (
     "*TOKEN*",
     "*SECRET*",
-    "*PASSWORD*",
-    "*PASSWD*",
+    "*PASSW*",
     "*KEY*",
     "*CREDENTIAL*",
+    "*PRIVATE*",
+    "*COOKIE*",
     "SSH_AUTH_SOCK",
     "*_AUTH*",
+    "AUTH_*",
 )
 
 

@@ -15,7 +15,7 @@ import pytest
 from charpin_coordinator.cli import main
 from charpin_coordinator.config import load_config
 from charpin_coordinator.remote import snapshot
-from charpin_coordinator.remote.boxrun import BoxTarget, RunPlan, run_box
+from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, RunPlan, run_box
 from charpin_coordinator.remote.bundle import runner_bundle
 from charpin_coordinator.remote.transport import LocalTransport
 
@@ -366,6 +366,27 @@ def test_box_python_without_pytest_and_no_setup_names_the_fix(git_repo: Path) ->
     assert code & 4
 
 
+def _run_on_folder_box(
+    repo: Path, box: LocalTransport, run_id: str, env: dict[str, str] | None = None
+) -> BoxOutcome:
+    """Ship HEAD of repo to a LocalTransport box and run it there, as `run` would."""
+    snap = snapshot.resolve(repo, "HEAD")
+    plan = RunPlan(
+        run_id=run_id,
+        snap=snap,
+        config_table=load_config(repo, rev=snap.commit).table,
+        setup=[],
+        timeout=120,
+        keep=False,
+        runner=runner_bundle(),
+        repo_key="k",
+    )
+    target = BoxTarget(
+        label="b", folder="b", python=sys.executable, connect=lambda: box, env=env or {}
+    )
+    return run_box(target, plan, lambda _b, _p: None, threading.Event())
+
+
 class _RecordingTransport(LocalTransport):
     """A real LocalTransport that also keeps every argv it ran (what `ps` on a box would show)."""
 
@@ -389,28 +410,10 @@ def test_host_env_values_reach_the_tests_but_never_a_command_line(tmp_path: Path
             )
         },
     )
-    snap = snapshot.resolve(repo, "HEAD")
     root = tmp_path / "box"
     root.mkdir()
     box = _RecordingTransport("b", root, base_env=dict(os.environ))
-    plan = RunPlan(
-        run_id="env-run",
-        snap=snap,
-        config_table=load_config(repo, rev=snap.commit).table,
-        setup=[],
-        timeout=120,
-        keep=False,
-        runner=runner_bundle(),
-        repo_key="k",
-    )
-    target = BoxTarget(
-        label="b",
-        folder="b",
-        python=sys.executable,
-        connect=lambda: box,
-        env={"APP_DSN": "postgres://u:hunter2pass@db/x"},
-    )
-    outcome = run_box(target, plan, lambda _b, _p: None, threading.Event())
+    outcome = _run_on_folder_box(repo, box, "env-run", {"APP_DSN": "postgres://u:hunter2pass@db/x"})
     assert outcome.receipt is not None, outcome.not_evaluated
     assert outcome.receipt.outcomes == {"tests/test_env.py::test_value_arrives": "passed"}
     assert box.argvs, "the box ran nothing"
@@ -440,26 +443,10 @@ def test_an_oversized_log_keeps_its_end(tmp_path: Path) -> None:
             )
         },
     )
-    snap = snapshot.resolve(repo, "HEAD")
     root = tmp_path / "box"
     root.mkdir()
-    plan = RunPlan(
-        run_id="loud",
-        snap=snap,
-        config_table=load_config(repo, rev=snap.commit).table,
-        setup=[],
-        timeout=120,
-        keep=False,
-        runner=runner_bundle(),
-        repo_key="k",
-    )
-    target = BoxTarget(
-        label="b",
-        folder="b",
-        python=sys.executable,
-        connect=lambda: LocalTransport("b", root, base_env=dict(os.environ)),
-    )
-    outcome = run_box(target, plan, lambda _b, _p: None, threading.Event())
+    box = LocalTransport("b", root, base_env=dict(os.environ))
+    outcome = _run_on_folder_box(repo, box, "loud")
     assert outcome.receipt is not None, outcome.not_evaluated
     log = outcome.stdout
     assert log.startswith(b"(charpin-remote: stdout.log is over ")

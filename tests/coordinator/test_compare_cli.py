@@ -11,9 +11,9 @@ from pathlib import Path
 import msgspec
 from charpin_coordinator.cli import main
 from charpin_coordinator.report import DriftReport
-from charpin_runner.receipt import FileState, dumps
+from charpin_runner.receipt import dumps
 
-from tests.receipt_factory import FIXTURE, IDS, make_receipt
+from tests.receipt_factory import IDS, make_receipt, stale_local
 
 
 def write(tmp_path: Path, receipt, name=None) -> Path:
@@ -46,16 +46,7 @@ def test_json_is_the_report_struct(tmp_path, capsys):
 
 
 def test_markdown_lists_blocking_gates_with_their_action(tmp_path, capsys):
-    stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
-    local = make_receipt(
-        "local",
-        **{
-            "fixtures.before": [stale],
-            "fixtures.after": [stale],
-            "tree.dirty_before": [FIXTURE.path],
-            "tree.dirty_after": [FIXTURE.path],
-        },
-    )
+    local = stale_local()
     a, b = write(tmp_path, local), write(tmp_path, make_receipt("clean"))
     code = main(["compare", "--markdown", str(a), str(b)])
     out = capsys.readouterr().out

@@ -12,7 +12,7 @@ from charpin_coordinator.report import NotEvaluated
 from charpin_runner.errors import UsageError
 from charpin_runner.receipt import FileState, PinResult, Pins
 
-from tests.receipt_factory import FIXTURE, IDS, make_receipt
+from tests.receipt_factory import FIXTURE, IDS, make_receipt, stale_local
 
 
 def report(*receipts, **kwargs):
@@ -56,16 +56,7 @@ def test_collection_drift_carries_a_unified_diff_of_ids():
 
 
 def test_fixture_drift_names_the_file_and_the_uncommitted_box():
-    stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
-    local = make_receipt(
-        "local",
-        **{
-            "fixtures.before": [stale],
-            "fixtures.after": [stale],
-            "tree.dirty_before": [FIXTURE.path],
-            "tree.dirty_after": [FIXTURE.path],
-        },
-    )
+    local = stale_local()
     rep = report(make_receipt("clean"), local)
     details = dims(rep)["fixtures"].details
     assert details == [
@@ -179,16 +170,7 @@ def test_sorted_unified_diff_matches_difflib(seed):
 
 
 def test_fixture_drift_is_blamed_on_a_dirty_baseline_not_on_the_clean_clone():
-    stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
-    local = make_receipt(
-        "local",
-        **{
-            "fixtures.before": [stale],
-            "fixtures.after": [stale],
-            "tree.dirty_before": [FIXTURE.path],
-            "tree.dirty_after": [FIXTURE.path],
-        },
-    )
+    local = stale_local()
     fixtures = dims(report(local, make_receipt("clean")))["fixtures"]
     assert fixtures.boxes == ["local"]
     assert fixtures.details == [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from charpin_coordinator.gates import evaluate, undeclared
-from charpin_runner.receipt import Deselected, FileState, PinResult, Pins, Widening
+from charpin_runner.receipt import Deselected, PinResult, Pins, Widening
 
-from tests.receipt_factory import FIXTURE, HEAD, IDS, make_receipt
+from tests.receipt_factory import HEAD, IDS, make_receipt, stale_local
 
 OTHER = "9" * 40
 
@@ -105,16 +105,7 @@ def test_fixture_integrity_fails_on_each_kind_of_move(field):
 
 
 def test_fixture_difference_before_the_run_is_blamed_on_the_dirty_box():
-    stale = FileState(FIXTURE.path, "file", 0o644, "b" * 64, None)
-    local = make_receipt(
-        "local",
-        **{
-            "fixtures.before": [stale],
-            "fixtures.after": [stale],
-            "tree.dirty_before": [FIXTURE.path],
-            "tree.dirty_after": [FIXTURE.path],
-        },
-    )
+    local = stale_local()
     clean = make_receipt("clean")
     labeled = [("local", local), ("clean", clean)]
     results = {(g.gate, g.box): g for g in evaluate(labeled, labeled[0], HEAD)}

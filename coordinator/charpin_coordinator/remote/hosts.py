@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
+from charpin_runner.envinfo import looks_secret
 from charpin_runner.errors import EXIT_NOT_EVALUATED, CharpinError, ConfigError, UsageError
 
 if TYPE_CHECKING:  # paramiko costs ~0.2 s to import: load it only when a name needs ssh_config
@@ -32,17 +33,6 @@ MAX_JUMP_DEPTH: Final = 8
 
 BoxErrorKind = Literal["dns", "refused", "timeout", "auth", "host-key", "disconnected"]
 
-# Names whose values are credentials: they never cross to a box, whatever the allow-list says.
-_SECRET_PARTS: Final = (
-    "TOKEN",
-    "SECRET",
-    "PASSW",
-    "KEY",
-    "CREDENTIAL",
-    "AUTH",
-    "PRIVATE",
-    "COOKIE",
-)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -96,8 +86,7 @@ class HostSpec:
 
 def is_secret_name(name: str) -> bool:
     """Tell whether an environment variable name looks like it holds a credential."""
-    upper = name.upper()
-    return any(part in upper for part in _SECRET_PARTS)
+    return looks_secret(name)
 
 
 def check_env_names(names: Sequence[str], *, where: str) -> None:
