@@ -2,31 +2,76 @@
 
 Design §8: secrets never enter receipts, logs or remote argv. Tests may legitimately need tokens
 (the `local` box runs with this process's environment), so the box keeps them and only the
-artefacts are cleaned: every fetched log, receipt and rendered report passes through a Redactor
-before it is written to the run folder or printed.
+artefacts are cleaned. Structured data is cleaned value by value *before* it is encoded
+(`value`, `json_document`): once a string has been JSON-, Markdown- or XML-escaped, a secret
+holding `"`, `\\`, `|`, `<` or a control character no longer appears as itself and a byte search
+would miss it. Byte streams nobody decodes (box logs) are cleaned with `data`, and every rendered
+output passes through `data` once more as a second line of defence.
 
 A secret is the value of an environment variable whose name looks like a credential (the same
 rule that refuses such names in a host's `env` allow-list). Values shorter than MIN_SECRET_CHARS
 are left alone: masking every "1" or "true" would mangle ordinary output and hide nothing.
-Each value is masked as itself and as its hex, base64 and urlsafe-base64 encodings (a test that
-dumps a header or a credential file often shows it encoded). Limits: an encoding that starts in
-the middle of a larger encoded blob, or any other transformation, is not recognised.
+Each value is masked as itself and in the forms a test's output commonly shows it: hex, base64
+and urlsafe base64 (a dumped header or credential file), JSON string escapes, Python's repr and
+unicode-escape (how pytest writes parametrize ids), percent-encoding, and the \\xNN form the
+reports use for control characters. Limits: an encoding that starts in the middle of a larger
+encoded blob, a fragment of a value, or any other transformation is not recognised.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import re
+import urllib.parse
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from charpin_coordinator.remote.hosts import is_secret_name
 
 MIN_SECRET_CHARS: Final = 8
+# The same \xNN spelling render.py gives C0/C1 controls in text and Markdown reports.
+_SHOWN_CONTROLS: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def _spellings(value: str) -> set[str]:
+    """The value as text a program commonly prints it in (before any byte-level encoding)."""
+    spellings = {
+        value,
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        json.dumps(value)[1:-1],
+        repr(value)[1:-1],
+        value.translate(_SHOWN_CONTROLS),
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote_plus(value, safe=""),
+    }
+    try:
+        spellings.add(value.encode("unicode_escape").decode("ascii"))
+    except UnicodeEncodeError:  # a lone surrogate from a non-UTF-8 environment
+        pass
+    return spellings
+
+
+def _encode_with(text: str) -> tuple[bytes, str]:
+    """text as bytes, and the error handler that turns them back into text losslessly:
+    undecodable bytes come back as themselves; a surrogate that did not come from such a byte
+    (JSON can spell one) as its UTF-8 form."""
+    try:
+        return text.encode("utf-8", "surrogateescape"), "surrogateescape"
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass"), "surrogatepass"
+
+
+def _encode(text: str) -> bytes:
+    return _encode_with(text)[0]
 
 
 def _forms(value: str) -> set[bytes]:
-    raw = value.encode("utf-8", "surrogateescape")
-    forms = {raw, raw.hex().encode(), raw.hex().upper().encode()}
+    forms: set[bytes] = set()
+    for spelling in _spellings(value):
+        forms.add(_encode(spelling))
+    raw = _encode(value)
+    forms |= {raw.hex().encode(), raw.hex().upper().encode()}
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms.add(encoded)
         forms.add(encoded.rstrip(b"="))  # unpadded, as in JWTs and URLs
@@ -46,6 +91,9 @@ class Redactor:
                 pairs.setdefault(form, f"[redacted:{name}]".encode())
         # Longest first, so a secret that contains another one is masked whole.
         self._pairs = sorted(pairs.items(), key=lambda item: (-len(item[0]), item[0]))
+        # One scan tells whether a short string holds any form: most strings of a report hold
+        # none. (For big blobs, one substring search per form is faster than the alternation.)
+        self._any = re.compile(b"|".join(re.escape(form) for form, _ in self._pairs))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Redactor:
@@ -68,4 +116,43 @@ class Redactor:
         """Return text with every secret form replaced."""
         if not self._pairs:
             return text
-        return self.data(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+        raw, handler = _encode_with(text)
+        if not self._any.search(raw):
+            return text
+        masked = self.data(raw)
+        if masked == raw:
+            return text
+        return masked.decode("utf-8", handler)
+
+    def value(self, obj: Any) -> Any:
+        """Return a copy of JSON-like data (str, list, tuple, dict) with every string masked,
+        dictionary keys included; other values are returned as they are."""
+        if not self._pairs:
+            return obj
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, (list, tuple)):
+            return [self.value(item) for item in obj]
+        if isinstance(obj, dict):
+            return {self.value(key): self.value(item) for key, item in obj.items()}
+        return obj
+
+    def json_document(self, raw: bytes) -> bytes:
+        """Mask the strings of a JSON document and encode it again the way the runner writes
+        receipts (sorted keys, indent 1, UTF-8, one trailing newline); a document that holds no
+        secret comes back as the same bytes. Input that is not JSON is cleaned as bytes with
+        `data` (a consumer that decodes it refuses it anyway)."""
+        if not self._pairs:
+            return raw
+        try:
+            decoded = json.loads(raw)
+        except (ValueError, RecursionError):
+            return self.data(raw)
+        masked = self.value(decoded)
+        if masked == decoded:
+            return raw
+        text = json.dumps(masked, sort_keys=True, indent=1, ensure_ascii=False)
+        try:
+            return text.encode("utf-8") + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate: only its \uXXXX escape is valid UTF-8
+            return json.dumps(masked, sort_keys=True, indent=1).encode("ascii") + b"\n"

@@ -2,21 +2,35 @@
 
 Text uses rich tables on a terminal and plain aligned lines when piped; Markdown is fit for a PR
 comment or a CI step summary; JSON is the report itself (the source of truth). Long matrices and
-diffs are capped in text and Markdown (the JSON keeps everything).
+diffs are capped in text and Markdown (the JSON keeps everything). Receipt text is data in every
+renderer: control characters are shown escaped, rich gets Text (never markup strings), Markdown
+gets escaped text or code spans with a long enough fence.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Any
+import re
 
 import msgspec
 
-from charpin_coordinator.report import GATES, Dimension, DriftReport
+from charpin_coordinator.report import GATES, Dimension, DriftReport, map_strings
 
 # Receipts are untrusted: a label or node id carrying ESC or a newline must not repaint the
-# terminal or forge a line in a PR comment. C0/C1 controls are shown as \xNN instead.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+# terminal or forge a line in a PR comment. C0/C1 controls are shown as \xNN instead; the
+# invisible direction and line-separator marks as \uNNNN (they reorder or break what is shown).
+_CONTROLS: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_CONTROLS.update(
+    {c: f"\\u{c:04x}" for c in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+)
+_CONTROLS.update({c: f"\\u{c:04x}" for c in (0x2028, 0x2029, 0xFEFF)})
+
+# Markdown: HTML-significant characters become entities (so no tag reaches the renderer), the
+# rest of the inline syntax is backslash-escaped (links, emphasis, code, tables, strikethrough).
+_MD_ESCAPES: dict[int, str] = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
+_MD_ESCAPES.update({ord(c): "\\" + c for c in "\\`*_[]|~"})
+# At the start of a list item or quote these would open a block (heading, list, rule).
+_MD_BLOCK_START = re.compile(r"^(?:[#+=-]|\d{1,9}[.)])")
 
 MAX_ROWS = 50
 MAX_DIFF_LINES = 200
@@ -28,19 +42,32 @@ def encode_json(report: DriftReport) -> bytes:
     return msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n"
 
 
-def _safe(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.translate(_CONTROLS)
-    if isinstance(value, list):
-        return [_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {_safe(k): _safe(v) for k, v in value.items()}
-    return value
+def _shown(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
+def _diff_shown(diff: str) -> str:
+    """A unified diff of node ids with its line breaks kept. An id may itself hold a newline:
+    a line that does not start like a diff line (` `, `+`, `-`, `@`) continues the id before it
+    and is joined back with the break escaped, so an id cannot add a free-standing line."""
+    body = diff[:-1] if diff.endswith("\n") else diff
+    lines: list[str] = []
+    for line in body.split("\n"):
+        if lines and not line.startswith((" ", "+", "-", "@")):
+            lines[-1] += _CONTROLS[0x0A] + _shown(line)
+        else:
+            lines.append(_shown(line))
+    return "\n".join(lines) + "\n"
 
 
 def _displayable(report: DriftReport) -> DriftReport:
     """The report with every control character escaped (for text and Markdown only)."""
-    return msgspec.convert(_safe(msgspec.to_builtins(report)), DriftReport)
+    shown = map_strings(report, _shown)
+    dimensions = [
+        msgspec.structs.replace(dim, diff=_diff_shown(raw.diff)) if raw.diff else dim
+        for dim, raw in zip(shown.dimensions, report.dimensions, strict=True)
+    ]
+    return msgspec.structs.replace(shown, dimensions=dimensions)
 
 
 def _labels(report: DriftReport) -> list[str]:
@@ -175,62 +202,80 @@ def _render_rich(report: DriftReport) -> str:
     from rich.table import Table
     from rich.text import Text
 
+    # Every receipt-sourced string goes in as a Text, never as a str: rich parses a str as
+    # markup, and `[link=...]` in a label would become a live OSC 8 hyperlink on the terminal.
+    def cell(text: str, style: str = "") -> Text:
+        return Text(text, style=style)
+
     buffer = io.StringIO()
     console = Console(
-        file=buffer, force_terminal=True, width=120, color_system="standard", highlight=False
+        file=buffer,
+        force_terminal=True,
+        width=120,
+        color_system="standard",
+        highlight=False,
+        markup=False,
+        emoji=False,
     )
-    console.print(Text(_header(report), style="bold"))
+    console.print(cell(_header(report), "bold"))
     boxes = Table(title="boxes", title_justify="left")
     for column in ("box", "commit", "result", "collected", "executed", "outcomes", "group"):
         boxes.add_column(column)
     for box in report.boxes:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items()))
         boxes.add_row(
-            box.label,
-            box.commit[:12],
-            f"{box.interpretation} ({box.exit_status})",
-            str(box.collected),
-            str(box.executed),
-            counts,
-            str(box.group + 1),
+            cell(box.label),
+            cell(box.commit[:12]),
+            cell(f"{box.interpretation} ({box.exit_status})"),
+            cell(str(box.collected)),
+            cell(str(box.executed)),
+            cell(counts),
+            cell(str(box.group + 1)),
         )
     for miss in report.not_evaluated:
         boxes.add_row(
-            miss.label,
-            "",
-            Text(f"NOT EVALUATED ({miss.kind})", style="bold red"),
-            "",
-            "",
-            miss.reason,
-            "",
+            cell(miss.label),
+            cell(""),
+            cell(f"NOT EVALUATED ({miss.kind})", "bold red"),
+            cell(""),
+            cell(""),
+            cell(miss.reason),
+            cell(""),
         )
     console.print(boxes)
     for line in _groups_lines(report):
-        console.print(line)
+        console.print(cell(line))
     for dim in report.dimensions:
-        console.print(Text(f"[{dim.name}] {dim.summary}", style="bold" if dim.gating else "dim"))
+        console.print(cell(f"[{dim.name}] {dim.summary}", "bold" if dim.gating else "dim"))
         for line in _plain_dimension(dim, _labels(report))[1:]:
-            console.print(Text(line))
+            console.print(cell(line))
     gates = Table(title="gates", title_justify="left")
     gates.add_column("gate")
     for label in _labels(report):
-        gates.add_column(label)
+        gates.add_column(cell(label))
     for gate in GATES:
         cells = [_gate_cell(report, gate, lb) for lb in _labels(report)]
-        gates.add_row(gate, *(Text(c, style=_STYLE.get(c, "")) for c in cells))
+        gates.add_row(cell(gate), *(cell(c, _STYLE.get(c, "")) for c in cells))
     console.print(gates)
     for line in _failing(report):
-        console.print(Text(line))
+        console.print(cell(line))
     for line in _footer(report):
-        console.print(Text(line, style="bold"))
+        console.print(cell(line, "bold"))
     return buffer.getvalue()
 
 
 def render_markdown(report: DriftReport) -> str:
-    """Markdown for a PR comment or `$GITHUB_STEP_SUMMARY`."""
+    """Markdown for a PR comment or `$GITHUB_STEP_SUMMARY`. Every receipt-sourced string is
+    escaped (`_md`, or `_code` inside a code span), so a hostile label or node id cannot add
+    HTML, a link, emphasis, a table cell or a line."""
     report = _displayable(report)
     labels = _labels(report)
-    out = [f"## {_header(report)}", ""]
+    commit = (report.expected_commit or "unknown")[:12]
+    out = [
+        f"## charpin drift · {len(report.boxes)} evaluated box(es) · baseline "
+        f"{_md(report.baseline or 'none')} · commit {_code(commit)}",
+        "",
+    ]
     out += [
         "| box | commit | result | collected | executed | outcomes |",
         "|---|---|---|---|---|---|",
@@ -238,8 +283,9 @@ def render_markdown(report: DriftReport) -> str:
     for box in report.boxes:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items()))
         out.append(
-            f"| {_md(box.label)} | `{box.commit[:12]}` | {box.interpretation} ({box.exit_status}) "
-            f"| {box.collected} | {box.executed} | {counts} |"
+            f"| {_md(box.label)} | {_code(box.commit[:12], table=True)} "
+            f"| {_md(box.interpretation)} ({box.exit_status}) "
+            f"| {box.collected} | {box.executed} | {_md(counts)} |"
         )
     for miss in report.not_evaluated:
         out.append(
@@ -255,7 +301,7 @@ def render_markdown(report: DriftReport) -> str:
     if failing:
         out += ["", "### What blocks", ""]
         for g in failing:
-            out.append(f"- **{g.gate}** on `{_md(g.box)}` ({g.status}): {_md(g.detail)}  ")
+            out.append(f"- **{g.gate}** on {_code(g.box)} ({g.status}): {_md(g.detail)}  ")
             out.append(f"  *Action:* {_md(g.action)}")
     if report.dimensions:
         out += ["", "### Drift", ""]
@@ -267,18 +313,20 @@ def render_markdown(report: DriftReport) -> str:
 
 def _md_dimension(dim: Dimension, labels: list[str]) -> list[str]:
     tag = "" if dim.gating else " *(informational)*"
-    out = [f"#### {dim.name}{tag}: {_md(dim.summary)}", ""]
+    out = [f"#### {_md(dim.name)}{tag}: {_md(dim.summary)}", ""]
     out += [f"- {_md(d)}" for d in dim.details[:MAX_ROWS]]
     if len(dim.details) > MAX_ROWS:
         out.append(f"- … {len(dim.details) - MAX_ROWS} more in drift.json")
     if dim.diff:
-        out += ["", "```diff", *_diff_lines(dim.diff), "```"]
+        lines = _diff_lines(dim.diff)
+        fence = "`" * max(3, _longest_backtick_run("\n".join(lines)) + 1)
+        out += ["", f"{fence}diff", *lines, fence]
     if dim.matrix:
         out += ["", "| item | " + " | ".join(_md(lb) for lb in labels) + " |"]
         out.append("|---|" + "---|" * len(labels))
         for row in dim.matrix[:MAX_ROWS]:
             cells = " | ".join(_md(row.values.get(lb, "-")) for lb in labels)
-            out.append(f"| `{_md(row.item)}` | {cells} |")
+            out.append(f"| {_code(row.item, table=True)} | {cells} |")
         if len(dim.matrix) > MAX_ROWS:
             out.append(f"\n… {len(dim.matrix) - MAX_ROWS} more rows in drift.json")
     out.append("")
@@ -286,7 +334,36 @@ def _md_dimension(dim: Dimension, labels: list[str]) -> list[str]:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("`", "'").replace("\n", " ")
+    """Text for Markdown inline content (a table cell, a list item, a heading)."""
+    escaped = _shown(text).translate(_MD_ESCAPES)
+    if _MD_BLOCK_START.match(escaped):
+        escaped = "\\" + escaped if not escaped[0].isdigit() else _escape_ordinal(escaped)
+    return escaped
+
+
+def _escape_ordinal(text: str) -> str:
+    digits = len(text) - len(text.lstrip("0123456789"))
+    return f"{text[:digits]}\\{text[digits:]}"
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall("`+", text)), default=0)
+
+
+def _code(text: str, *, table: bool = False) -> str:
+    """Text as a code span: inside one nothing but the closing fence is syntax, so the fence is
+    longer than any backtick run in the text. In a table a `|` still ends the cell unless it is
+    escaped (GFM strips that backslash again inside the span)."""
+    text = _shown(text)
+    if table:
+        text = text.replace("|", "\\|")
+    if not text:
+        return ""
+    fence = "`" * (_longest_backtick_run(text) + 1)
+    # CommonMark strips one space on each side, so padding keeps a leading backtick apart.
+    if text[0] in "` " or text[-1] in "` ":
+        text = f" {text} "
+    return f"{fence}{text}{fence}"
 
 
 def _md_status(status: str) -> str:

@@ -5,7 +5,8 @@ Every renderer (text, Markdown, JUnit) reads a DriftReport; `--json` prints it a
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import msgspec
 
@@ -42,6 +43,7 @@ NotEvaluatedKind = Literal[
     "interrupted",
     "snapshot-integrity",
     "unsupported-box",
+    "no-sandbox",
     "disconnected",
 ]
 
@@ -118,3 +120,35 @@ class DriftReport(Base):
     exit_code: int
     exit_bits: list[str]
     version: int = REPORT_VERSION
+
+
+def map_strings(report: DriftReport, change: Callable[[str], str]) -> DriftReport:
+    """A copy of report with `change` applied to every string in it, dictionary keys included
+    (secret masking before encoding, control-character escaping before display). Fields typed
+    as a Literal hold this program's own words, never receipt text, and are left alone."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return change(value)
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, dict):
+            return {walk(k): walk(v) for k, v in value.items()}
+        if isinstance(value, msgspec.Struct):
+            fixed = _FIXED.get(type(value), ())
+            changed = {
+                name: walk(getattr(value, name))
+                for name in value.__struct_fields__
+                if name not in fixed
+            }
+            return msgspec.structs.replace(value, **changed)
+        return value
+
+    result: DriftReport = walk(report)
+    return result
+
+
+_FIXED: dict[type, tuple[str, ...]] = {
+    GateResult: ("gate", "status"),
+    NotEvaluated: ("kind",),
+}

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser and its command parsers by name."""
-    from charpin_runner import receipt_cli
+    from charpin_runner import box_cli, receipt_cli
     from charpin_runner.guard import cli as guard_cli
     from charpin_runner.inventory import cli as inventory_cli
     from charpin_runner.pins import cli as pins_cli
@@ -46,6 +46,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     pins_cli.add_parsers(sub)
     inventory_cli.add_parsers(sub)
     guard_cli.add_parsers(sub)
+    box_cli.add_parsers(sub)
     return parser, dict(sub.choices)
 
 

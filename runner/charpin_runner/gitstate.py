@@ -1,20 +1,29 @@
-"""Read a work tree's git state (HEAD, tree, dirty paths, digests). Runs on boxes; stdlib only.
+"""Read a work tree's git state without trusting `.git/`. Runs on boxes; stdlib only.
 
-The parent process calls this before and after the test command, so a test that rewrites
-`.git/HEAD` or edits tracked files shows up as a difference. A test can also write `.git/config`,
-so git runs with options that keep repository configuration from executing code in the parent
-while it measures: no fsmonitor hook, external diff or textconv, the clean/smudge filters defined
-in the repository's own config switched off, and submodule work trees not entered. With
-GIT_OPTIONAL_LOCKS=0 reading never rewrites the index.
+Imports only charpin_runner.errors and charpin_runner.fixtures.
+
+The parent process calls this before and after the test command, and the test may have written
+anything under `.git/`. So git never looks at the work tree with the repository's own settings:
+those commands run against a private git directory in a temporary folder (HEAD as a commit id,
+a config file of our own, the repository's object store) with a private index built from HEAD's
+tree, with system and global config switched off. Nothing the repository configures is read
+there (includes, filters, fsmonitor, hooks, core.worktree, sparse checkout, attributes and
+excludes files), index flags such as skip-worktree are not in that index, and every tracked file
+is compared with HEAD by content. Untracked files are listed with the ignore rules that were in
+force before the run, rewritten into one excludes file, so a rule the run adds hides nothing.
+What the run changed in `.git/` (config keys, info/exclude, hooks, index flags) is reported.
+Commands that read the real git directory (rev-parse, config --list) read files and run nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
-from collections.abc import Sequence
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from charpin_runner.errors import RunError, UsageError
@@ -22,69 +31,129 @@ from charpin_runner.fixtures import hash_many, printable
 
 # Our own output folder is never part of the state we measure.
 _OWN_PREFIX = ".charpin/"
-# Variables that would point git at another repository or index than the one we were given.
-_GIT_REDIRECTS = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_EXTERNAL_DIFF",
-    "GIT_DIFF_OPTS",
+UNRESOLVED = "unresolved"
+# Settings for every git command we run. The private git directory has no other config, so
+# these only matter where git reads the real one (rev-parse, config --list): belt and braces.
+_SAFE_CONFIG = (
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "core.untrackedCache=false",
+    "core.splitIndex=false",
+    "core.sparseCheckout=false",
+    "core.sparseCheckoutCone=false",
+    "core.ignoreStat=false",
+    "core.attributesFile=/dev/null",
+    "core.excludesFile=/dev/null",
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.checkStat=default",
+    "core.trustctime=true",
+    "core.fileMode=true",
+    "core.ignoreCase=false",
+    "core.useReplaceRefs=false",
+    "core.quotepath=false",
+    "index.sparse=false",
+    "feature.manyFiles=false",
+    "diff.external=",
+    "submodule.recurse=false",
 )
-_SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", "core.quotepath=false", "-c", "diff.external=")
 # Dirty submodule work trees are not entered: their own config is out of our reach.
 _NO_SUBMODULES = "--ignore-submodules=dirty"
-UNRESOLVED = "unresolved"
+# An ignore file larger than this is refused rather than read into memory.
+_MAX_RULES = 8 << 20
+# Files in the git directory that steer what git sees or runs: (where, name); "common" files
+# are shared by linked worktrees, "own" ones belong to this worktree's git directory.
+_CONTROL_FILES = (
+    ("common", "config"),
+    ("own", "config.worktree"),
+    ("common", "info/exclude"),
+    ("common", "info/attributes"),
+    ("own", "info/sparse-checkout"),
+    ("common", "objects/info/alternates"),
+)
+# Repository config that changes which files or contents git looks at, or runs code while it
+# looks. Boolean keys count only when true; the others whenever they are set.
+_RISKY_BOOL = frozenset(
+    (
+        "core.bare",
+        "core.sparsecheckout",
+        "core.sparsecheckoutcone",
+        "core.ignorestat",
+    )
+)
+_RISKY_SET = frozenset(
+    (
+        "core.worktree",
+        "core.hookspath",
+        "core.excludesfile",
+        "core.attributesfile",
+        "diff.external",
+        "include.path",
+    )
+)
+_FALSE = ("false", "no", "off", "0", "")
 
 
 @dataclass(frozen=True)
 class GitState:
-    """HEAD, its tree, the dirty paths and a content key per dirty path."""
+    """HEAD, its tree, the dirty paths and a content key per dirty path, plus what steers git.
+
+    dirty and contents compare the work tree with HEAD's tree by content; the other fields are
+    evidence about the repository itself, compared between two states by run_findings.
+    """
 
     head: str
     tree: str
     dirty: list[str]
     digest: str
     contents: dict[str, str]
+    # Paths the repository's own index marks skip-worktree or assume-unchanged.
+    flagged: list[str] = field(default_factory=list)
+    # Repository config keys (lower-case) that change what git looks at or run code.
+    risky: list[str] = field(default_factory=list)
+    # Every repository config entry as `key NUL value`, to name the keys a run changed.
+    config: tuple[str, ...] = ()
+    # Files that steer git (config, info/exclude, hooks, ...): label -> content key.
+    controls: dict[str, str] = field(default_factory=dict)
+    # Oddities found while measuring (one sentence each).
+    findings: list[str] = field(default_factory=list)
+    # The ignore rules in force, as one top-level excludes file; reused after the run.
+    excludes: bytes = b""
+    git_dir: str = ""
 
 
 def find_toplevel(folder: Path) -> Path:
-    """Return the work tree root containing folder; UsageError when it is not in a git repo."""
-    result = _git(folder, "rev-parse", "--show-toplevel", check=False)
-    if result.returncode != 0:
-        raise UsageError(
-            f"{folder} is not inside a git repository; run from a repository or pass --repo DIR"
-        )
-    return Path(os.fsdecode(result.stdout.rstrip(b"\n")))
+    """Return the work tree root containing folder; UsageError when it is not in a git repo.
 
-
-def read_state(repo: Path) -> GitState:
-    """Measure the git state of repo now. A HEAD that cannot be resolved reads `unresolved`."""
-    head = _rev(repo, "HEAD")
-    tree = _rev(repo, "HEAD^{tree}")
-    safe = _filter_overrides(repo)
-    raw = _git(
-        repo, *safe, "status", "--porcelain=v2", "-z", "--untracked-files=all", _NO_SUBMODULES
-    ).stdout
-    entries = parse_porcelain(raw)
-    status: dict[str, str] = {}
-    for code, path in entries:
-        if not path.startswith(_OWN_PREFIX):
-            status.setdefault(path, code)
-    paths = sorted(status)
-    digests = dict(zip(paths, _content_keys(repo, paths)))
-    contents = {printable(p): f"{status[p]}:{digests[p]}" for p in paths}
-    untracked = [(p, digests[p]) for p in paths if status[p] == "?"]
-    return GitState(
-        head=head,
-        tree=tree,
-        dirty=[printable(p) for p in paths],
-        digest=_dirty_digest(repo, untracked, safe) if paths else _EMPTY_DIGEST,
-        contents=contents,
+    Found by walking up to the `.git` that git itself discovers, never from core.worktree: a
+    test can set that to another folder, and every later receipt would measure the wrong tree.
+    """
+    git_dir = _discover(folder)
+    if git_dir is not None:
+        start = Path(os.path.realpath(folder))
+        for candidate in (start, *start.parents):
+            if os.path.lexists(candidate / ".git") and _discover(candidate) == git_dir:
+                return candidate
+    raise UsageError(
+        f"{folder} is not inside a git repository; run from a repository or pass --repo DIR"
     )
+
+
+def read_state(repo: Path, before: GitState | None = None) -> GitState:
+    """Measure the git state of repo now. A HEAD that cannot be resolved reads `unresolved`.
+
+    With before (the state measured before the run), untracked files are listed with the
+    ignore rules in force then, so rules the run added or changed hide nothing.
+    """
+    git_dir = _discover(repo)
+    if git_dir is None:
+        message = _git([], ["-C", str(repo), "rev-parse", "--absolute-git-dir"], _user_env())
+        raise RunError(
+            f"git rev-parse failed in {repo}: {_last_line(message.stderr)}; "
+            "check the repository is readable"
+        )
+    with tempfile.TemporaryDirectory(prefix="charpin-git-") as tmp:
+        return _Measure(repo, Path(git_dir), Path(tmp)).state(before)
 
 
 def unreadable() -> GitState:
@@ -93,9 +162,48 @@ def unreadable() -> GitState:
 
 
 def written_paths(before: GitState, after: GitState) -> list[str]:
-    """Paths whose git status or content differs between two states."""
+    """Paths whose content or git status differs between two states, and paths the run
+    flagged skip-worktree or assume-unchanged in the index (a way to hide an edit)."""
     keys = set(before.contents) | set(after.contents)
-    return sorted(k for k in keys if before.contents.get(k) != after.contents.get(k))
+    changed = {k for k in keys if before.contents.get(k) != after.contents.get(k)}
+    return sorted(changed | (set(after.flagged) - set(before.flagged)))
+
+
+def setup_notes(before: GitState) -> list[str]:
+    """Risky git setup already present before the run (husky's hooksPath, git-lfs filters, a
+    sparse checkout): the user's, not the run's doing, and measured around, so informational."""
+    out: list[str] = []
+    if before.risky:
+        out.append(
+            "note: the repository's git config sets "
+            + _few(before.risky)
+            + ": settings that change which files git looks at or run code; charpin measured "
+            "without them"
+        )
+    return out + [f"note: before the run, {f}" for f in before.findings]
+
+
+def run_findings(before: GitState, after: GitState) -> list[str]:
+    """What the run changed in the repository's git setup, one sentence per problem: `.git/`
+    config, control files, index flags, the git directory itself. Each one means the run
+    cannot be taken as clean (see setup_notes for what was there before)."""
+    out = [f"after the run, {f}" for f in after.findings if f not in before.findings]
+    if after.git_dir and before.git_dir and after.git_dir != before.git_dir:
+        out.append("the run moved the repository's git directory (.git was replaced)")
+    keys = _changed_keys(before.config, after.config)
+    if keys:
+        out.append(f"the run changed the repository's git config: {_few(keys)}")
+    controls = sorted(
+        label
+        for label in set(before.controls) | set(after.controls)
+        if before.controls.get(label, "absent") != after.controls.get(label, "absent")
+    )
+    if controls:
+        out.append(f"the run changed {_few(controls)}")
+    flagged = sorted(set(after.flagged) - set(before.flagged))
+    if flagged:
+        out.append(f"the run set skip-worktree or assume-unchanged on {_few(flagged)}")
+    return out
 
 
 def parse_porcelain(raw: bytes) -> list[tuple[str, str]]:
@@ -127,31 +235,406 @@ def parse_porcelain(raw: bytes) -> list[tuple[str, str]]:
     return out
 
 
+def flatten_ignore(directory: str, text: bytes) -> list[bytes]:
+    """The patterns of `directory/.gitignore` rewritten to mean the same at the top level.
+
+    A pattern without an inner slash matches at any depth below its folder (`D/**/p`); one with
+    a slash is anchored to it (`D/p`). Written after the files of parent folders, these keep
+    git's precedence: the deepest file's last matching pattern wins.
+    """
+    if text.startswith(b"\xef\xbb\xbf"):
+        text = text[3:]
+    prefix = _glob_escape(os.fsencode(directory)) + b"/" if directory else b""
+    out: list[bytes] = []
+    for line in text.split(b"\n"):
+        if not line.strip() or line.startswith(b"#"):
+            continue
+        if not prefix:
+            out.append(line)
+            continue
+        negate = line.startswith(b"!")
+        body = line[1:] if negate else line
+        core = body.rstrip(b" \r")
+        core = core[:-1] if core.endswith(b"/") else core
+        anchored = b"/" in core
+        if body.startswith(b"/"):
+            body = body[1:]
+        out.append((b"!" if negate else b"") + prefix + (b"" if anchored else b"**/") + body)
+    return out
+
+
 _EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
 
 
-def _dirty_digest(repo: Path, untracked: Sequence[tuple[str, str]], safe: Sequence[str]) -> str:
-    """sha256 over `git diff --binary HEAD`, then `path NUL sha256 NUL` per untracked file."""
-    digest = hashlib.sha256()
-    diff = _git(
-        repo,
-        *safe,
-        "diff",
-        "--binary",
-        "--no-ext-diff",
-        "--no-textconv",
-        "--no-color",
-        _NO_SUBMODULES,
-        "HEAD",
-        "--",
-        ".",
-        ":(exclude).charpin",
-        check=False,
-    )
-    digest.update(diff.stdout)
-    for path, content in untracked:
-        digest.update(os.fsencode(path) + b"\0" + content.encode("ascii") + b"\0")
-    return digest.hexdigest()
+class _Measure:
+    """One measurement: the real git directory read as data, the work tree through a private
+    git directory under tmp."""
+
+    def __init__(self, repo: Path, git_dir: Path, tmp: Path) -> None:
+        self.repo = repo
+        self.git_dir = git_dir
+        home = tmp / "home"
+        home.mkdir()
+        self.env = _sealed_env(home)
+        self.common = self._common_dir()
+        self.shadow = tmp / "git"
+        self.tmp = tmp
+
+    def state(self, before: GitState | None) -> GitState:
+        head = self._rev("HEAD")
+        tree = self._rev("HEAD^{tree}")
+        if tree == UNRESOLVED:
+            self._require_unborn(head)
+        config = self._config()
+        global_path = _global_excludes()
+        global_rules = _read_rules(global_path, follow=True) if global_path else None
+        controls = self._controls(global_path)
+        findings: list[str] = []
+        self._build_shadow(head, tree)
+        tracked = self._ls(["--cached"], self.temp_index)
+        status = self._tracked_changes()
+        if before is not None:
+            excludes = before.excludes
+        else:
+            base = (global_rules or b"") + b"\n" + (self._info_exclude() or b"") + b"\n"
+            excludes = self._excludes(base, tracked, findings)
+        for path in self._untracked(excludes):
+            status.setdefault(path, "?")
+        for path in _untracked_attributes(self.repo, tracked):
+            status.setdefault(path, "?")
+        for own in [p for p in status if p.startswith(_OWN_PREFIX)]:
+            del status[own]
+        paths = sorted(status)
+        digests = dict(zip(paths, _content_keys(self.repo, paths)))
+        untracked = [(p, digests[p]) for p in paths if status[p] == "?"]
+        return GitState(
+            head=head,
+            tree=tree,
+            dirty=[printable(p) for p in paths],
+            digest=self._digest(untracked) if paths else _EMPTY_DIGEST,
+            contents={printable(p): f"{status[p]}:{digests[p]}" for p in paths},
+            flagged=self._flagged(findings),
+            risky=_risky(config),
+            config=config,
+            controls=controls,
+            findings=findings,
+            excludes=excludes,
+            git_dir=str(self.git_dir),
+        )
+
+    # --- the real git directory, read as data -------------------------------------------
+
+    def _real(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        return self._run(["--git-dir", str(self.git_dir), *args], self.env, check)
+
+    def _common_dir(self) -> Path:
+        out = self._real("rev-parse", "--git-common-dir").stdout.rstrip(b"\n")
+        common = Path(os.fsdecode(out))
+        return common if common.is_absolute() else self.git_dir / common
+
+    def _rev(self, rev: str) -> str:
+        result = self._real("rev-parse", "--verify", "-q", rev, check=False)
+        text = result.stdout.decode("ascii", "replace").strip()
+        return text if result.returncode == 0 and text else UNRESOLVED
+
+    def _require_unborn(self, head: str) -> None:
+        """A HEAD naming a branch with no commit yet is fine; any other unresolvable one is not."""
+        unborn = self._real("symbolic-ref", "-q", "HEAD", check=False).returncode == 0
+        if head != UNRESOLVED or not unborn:
+            raise RunError(
+                f"git cannot resolve HEAD in {self.repo}; check the repository is readable"
+            )
+
+    def _config(self) -> tuple[str, ...]:
+        """The repository's own config entries, includes followed (listing runs nothing)."""
+        # No -c options here: they would be listed as if they were the repository's.
+        listed = _git(
+            (), ["--git-dir", str(self.git_dir), "config", "--list", "--includes", "-z"], self.env
+        )
+        entries = []
+        for item in listed.stdout.split(b"\0"):
+            if item:
+                key, _, value = os.fsdecode(item).partition("\n")
+                entries.append(f"{key}\0{value}")
+        return tuple(entries)
+
+    def _controls(self, global_path: str | None) -> dict[str, str]:
+        places = {"common": self.common, "own": self.git_dir}
+        files = {
+            self._label(places[where] / name): places[where] / name
+            for where, name in _CONTROL_FILES
+        }
+        hooks = self.common / "hooks"
+        if hooks.is_dir() and not hooks.is_symlink():
+            for entry in sorted(os.listdir(hooks)):
+                files[self._label(hooks / entry)] = hooks / entry
+        else:
+            files[self._label(hooks)] = hooks
+        if global_path:
+            files["the global excludes file (core.excludesFile)"] = Path(global_path)
+        labels = sorted(files)
+        keys = _content_keys(self.repo, [str(files[label]) for label in labels])
+        return dict(zip(labels, keys))
+
+    def _label(self, path: Path) -> str:
+        try:
+            own = Path(os.path.realpath(self.repo)) / ".git"
+            return ".git/" + path.relative_to(own).as_posix()
+        except ValueError:
+            return printable(str(path))
+
+    def _info_exclude(self) -> bytes | None:
+        return _read_rules(str(self.common / "info" / "exclude"), follow=True)
+
+    def _flagged(self, findings: list[str]) -> list[str]:
+        """Paths the real index marks skip-worktree (S) or assume-unchanged (lower case)."""
+        index = self.git_dir / "index"
+        try:
+            mode = os.lstat(index).st_mode
+        except OSError:
+            return []
+        if not stat.S_ISREG(mode):
+            findings.append("the repository's index is not a regular file; its flags are unread")
+            return []
+        # A split index keeps most entries in a shared file beside it.
+        for name in os.listdir(self.git_dir):
+            if name.startswith("sharedindex."):
+                link = self.shadow / name
+                if not os.path.lexists(link):
+                    os.symlink(self.git_dir / name, link)
+        out = self._shadow(["ls-files", "-v", "-z"], str(index), check=False).stdout
+        flagged = []
+        for record in out.split(b"\0"):
+            tag, _, path = record.partition(b" ")
+            if path and (tag == b"S" or tag.islower()):
+                flagged.append(printable(os.fsdecode(path)))
+        return sorted(flagged)
+
+    # --- the work tree, through the private git directory --------------------------------
+
+    @property
+    def temp_index(self) -> str:
+        return str(self.tmp / "index")
+
+    def _build_shadow(self, head: str, tree: str) -> None:
+        (self.shadow / "refs").mkdir(parents=True)
+        (self.shadow / "info").mkdir()
+        fmt = self._real("rev-parse", "--show-object-format", check=False).stdout.strip()
+        lines = ["[core]", "\tbare = false"]
+        if fmt and fmt != b"sha1":
+            lines = ["[core]", "\trepositoryformatversion = 1", "\tbare = false"]
+            lines += ["[extensions]", f"\tobjectFormat = {fmt.decode('ascii', 'replace')}"]
+        (self.shadow / "config").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        # Detached at the commit we resolved: the private directory has no refs to follow.
+        (self.shadow / "HEAD").write_text(
+            (head if head != UNRESOLVED else "ref: refs/heads/unborn") + "\n", encoding="utf-8"
+        )
+        if tree != UNRESOLVED:
+            self._shadow(["read-tree", tree], self.temp_index)
+            # Hash every tracked file once, so the commands below compare content, not stat.
+            self._shadow(["update-index", "-q", "--refresh"], self.temp_index, check=False)
+
+    def _shadow(
+        self, args: Sequence[str], index: str, check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
+        env = dict(self.env)
+        env["GIT_INDEX_FILE"] = index
+        env["GIT_OBJECT_DIRECTORY"] = str(self.common / "objects")
+        front = ["--git-dir", str(self.shadow), "--work-tree", str(self.repo)]
+        return self._run([*front, *args], env, check)
+
+    def _run(
+        self, args: Sequence[str], env: Mapping[str, str], check: bool
+    ) -> subprocess.CompletedProcess[bytes]:
+        result = _git(_SAFE_CONFIG, args, env)
+        if check and result.returncode != 0:
+            verb = next((a for a in args if not a.startswith("-") and "/" not in a), "")
+            raise RunError(
+                f"git {verb} failed in {self.repo}: {_last_line(result.stderr)}; "
+                "check the repository is readable"
+            )
+        return result
+
+    def _ls(self, args: Sequence[str], index: str, *pathspec: str) -> list[str]:
+        out = self._shadow(["ls-files", "-z", *args, "--", *pathspec], index).stdout
+        return [os.fsdecode(p) for p in out.split(b"\0") if p]
+
+    def _tracked_changes(self) -> dict[str, str]:
+        raw = self._shadow(
+            ["status", "--porcelain=v2", "-z", "--untracked-files=no", _NO_SUBMODULES],
+            self.temp_index,
+        ).stdout
+        status: dict[str, str] = {}
+        for code, path in parse_porcelain(raw):
+            status.setdefault(path, code)
+        return status
+
+    def _excludes(self, base: bytes, tracked: Sequence[str], findings: list[str]) -> bytes:
+        """The ignore rules in force now as one excludes file: the global file, info/exclude,
+        then every `.gitignore` git reads, parents before children, then our own folder."""
+        base_file = self.tmp / "base-excludes"
+        base_file.write_bytes(base)
+        options = ["--others", f"--exclude-from={base_file}", "--exclude-per-directory=.gitignore"]
+        spec = ":(glob)**/.gitignore"
+        found = {p for p in tracked if p == ".gitignore" or p.endswith("/.gitignore")}
+        found.update(self._ls(options, self.temp_index, spec))
+        ignored = self._ls([*options, "--ignored", "--directory"], self.temp_index, spec)
+        found.update(p for p in ignored if not p.endswith("/"))
+        lines = [base]
+        for path in sorted(found, key=lambda p: (p.count("/"), p)):
+            folder = path[: -len(".gitignore")].rstrip("/")
+            text = _read_rules(str(self.repo / path), follow=False)
+            if text is None:
+                continue
+            if "\n" in folder or "\r" in folder:
+                findings.append(f"the rules of {printable(path)} were not applied (odd name)")
+                continue
+            lines.extend(flatten_ignore(folder, text))
+        lines.append(b"/.charpin/")
+        return b"\n".join(lines) + b"\n"
+
+    def _untracked(self, excludes: bytes) -> list[str]:
+        rules = self.tmp / "excludes"
+        rules.write_bytes(excludes)
+        return self._ls(["--others", f"--exclude-from={rules}"], self.temp_index)
+
+    def _digest(self, untracked: Sequence[tuple[str, str]]) -> str:
+        """sha256 over `git diff --binary HEAD`, then `path NUL sha256 NUL` per untracked file."""
+        digest = hashlib.sha256()
+        diff = self._shadow(
+            [
+                "diff",
+                "--binary",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--no-color",
+                _NO_SUBMODULES,
+                "HEAD",
+                "--",
+                ".",
+                ":(exclude).charpin",
+            ],
+            self.temp_index,
+            check=False,
+        )
+        digest.update(diff.stdout)
+        for path, content in untracked:
+            digest.update(os.fsencode(path) + b"\0" + content.encode("ascii") + b"\0")
+        return digest.hexdigest()
+
+
+def _discover(folder: Path) -> str | None:
+    """The absolute git directory git discovers from folder, or None outside a repository."""
+    result = _git((), ["-C", str(folder), "rev-parse", "--absolute-git-dir"], _user_env())
+    text = result.stdout.rstrip(b"\n")
+    if result.returncode != 0 or not text:
+        return None
+    return os.path.realpath(os.fsdecode(text))
+
+
+def _global_excludes() -> str | None:
+    """The user's global excludes file, as their own git would find it (reading runs nothing).
+
+    Kept on purpose: without it, files the user ignores everywhere would look untracked. It is
+    read as data, before the run, and its bytes are what count afterwards too.
+    """
+    with tempfile.TemporaryDirectory(prefix="charpin-git-") as tmp:
+        # An empty git directory of our own, so the repository's config is not consulted.
+        (Path(tmp) / "refs").mkdir()
+        (Path(tmp) / "objects").mkdir()
+        (Path(tmp) / "HEAD").write_text("ref: refs/heads/none\n", encoding="utf-8")
+        result = _git(
+            (), ["--git-dir", tmp, "config", "--path", "--get", "core.excludesFile"], _user_env()
+        )
+    value = os.fsdecode(result.stdout.rstrip(b"\n"))
+    if result.returncode == 0 and value:
+        return value
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg:
+        return os.path.join(xdg, "git", "ignore")
+    home = os.environ.get("HOME")
+    return os.path.join(home, ".config", "git", "ignore") if home else None
+
+
+def _untracked_attributes(repo: Path, tracked: Iterable[str]) -> list[str]:
+    """Untracked `.gitattributes` files in folders that hold tracked files, ignored or not:
+    their rules change how tracked files compare with HEAD, so they are part of the state."""
+    tracked_set = set(tracked)
+    folders = {""}
+    for path in tracked_set:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folders.add("/".join(parts[:depth]))
+    found = []
+    for folder in folders:
+        path = f"{folder}/.gitattributes" if folder else ".gitattributes"
+        if path not in tracked_set and os.path.lexists(repo / path):
+            found.append(path)
+    return found
+
+
+def _read_rules(path: str, follow: bool) -> bytes | None:
+    """Bytes of a regular file (git does not follow in-tree `.gitignore` symlinks), or None."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        size = 0
+        while size <= _MAX_RULES:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if size > _MAX_RULES:
+        raise RunError(
+            f"the ignore file {printable(path)} is larger than {_MAX_RULES >> 20} MiB; "
+            "shorten it or remove it"
+        )
+    return b"".join(chunks)
+
+
+def _risky(config: Iterable[str]) -> list[str]:
+    found = set()
+    for entry in config:
+        key, _, value = entry.partition("\0")
+        name = key.lower()
+        section, _, rest = name.partition(".")
+        variable = rest.rsplit(".", 1)[-1]
+        if name in _RISKY_BOOL:
+            if value.strip().lower() not in _FALSE:
+                found.add(key)
+        elif name == "core.fsmonitor":
+            if value.strip().lower() not in _FALSE:
+                found.add(key)
+        elif name in _RISKY_SET or (section == "includeif" and variable == "path"):
+            found.add(key)
+        elif section == "filter" and rest.count(".") >= 1:
+            found.add(key)
+        elif section == "diff" and variable in ("textconv", "command"):
+            found.add(key)
+    return sorted(found)
+
+
+def _changed_keys(before: Sequence[str], after: Sequence[str]) -> list[str]:
+    def by_key(entries: Sequence[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for entry in entries:
+            key, _, value = entry.partition("\0")
+            out.setdefault(key, []).append(value)
+        return out
+
+    old, new = by_key(before), by_key(after)
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
 def _content_keys(repo: Path, paths: Sequence[str]) -> list[str]:
@@ -169,52 +652,70 @@ def _content_keys(repo: Path, paths: Sequence[str]) -> list[str]:
     return keys
 
 
-def _rev(repo: Path, rev: str) -> str:
-    result = _git(repo, "rev-parse", "--verify", "-q", rev, check=False)
-    text = result.stdout.decode("ascii", "replace").strip()
-    return text if result.returncode == 0 and text else UNRESOLVED
+def _glob_escape(text: bytes) -> bytes:
+    out = bytearray()
+    for index, byte in enumerate(text):
+        char = bytes((byte,))
+        if char in (b"\\", b"*", b"?", b"[") or (index == 0 and char in (b"!", b"#")):
+            out += b"\\"
+        out += char
+    return bytes(out)
 
 
-def _filter_overrides(repo: Path) -> tuple[str, ...]:
-    """`-c` options that switch off every filter driver the repository's own config defines.
-
-    Reading config runs nothing. Filters from the user's global config (git-lfs) keep working.
-    """
-    listed = _git(repo, "config", "--local", "--null", "--get-regexp", r"^filter\.", check=False)
-    names = set()
-    for item in listed.stdout.split(b"\0"):
-        key = os.fsdecode(item.split(b"\n", 1)[0])
-        if key.count(".") >= 2:
-            names.add(key[len("filter.") :].rsplit(".", 1)[0])
-    overrides: list[str] = []
-    for name in sorted(names):
-        if "=" in name or "\n" in name:
-            raise RunError(
-                f"refusing to read {repo}: its git config defines a filter named {name!r}; "
-                "remove that [filter] section from .git/config"
-            )
-        for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
-            overrides += ["-c", f"filter.{name}.{key}={value}"]
-    return tuple(overrides)
+def _few(items: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    clean = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
-    clean["GIT_OPTIONAL_LOCKS"] = "0"
+def _last_line(stderr: bytes) -> str:
+    lines = stderr.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else "no message"
+
+
+def _user_env() -> dict[str, str]:
+    """The caller's environment for finding the repository: their global config stays (it may
+    list safe.directory), git variables that would point elsewhere go."""
+    keep = (
+        "GIT_CEILING_DIRECTORIES",
+        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_NOSYSTEM",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in keep}
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    return env
+
+
+def _sealed_env(home: Path) -> dict[str, str]:
+    """No GIT_* variable of the caller, no system or global config, no system attributes; the
+    home folder is an empty one of ours for gits older than GIT_CONFIG_GLOBAL (2.32)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_ATTR_NOSYSTEM="1",
+        GIT_NO_REPLACE_OBJECTS="1",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_TERMINAL_PROMPT="0",
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home),
+    )
+    return env
+
+
+def _git(
+    config: Sequence[str], args: Sequence[str], env: Mapping[str, str]
+) -> subprocess.CompletedProcess[bytes]:
+    overrides = [item for pair in config for item in ("-c", pair)]
     try:
-        result = subprocess.run(
-            ["git", "-C", str(repo), *_SAFE_CONFIG, *args],
+        return subprocess.run(
+            ["git", "--no-pager", *overrides, *args],
             capture_output=True,
-            env=clean,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
             check=False,
         )
     except OSError as exc:
         raise RunError(f"cannot run git ({exc}); install git on this box") from exc
-    if check and result.returncode != 0:
-        message = result.stderr.decode("utf-8", "replace").strip().splitlines()
-        verb = next((a for a in args if not a.startswith("-") and "=" not in a), "")
-        raise RunError(
-            f"git {verb} failed in {repo}: {message[-1] if message else 'no message'}; "
-            "check the repository is readable"
-        )
-    return result

@@ -88,6 +88,11 @@ def _findings(status: int, probe: ProbeData) -> list[str]:
             f"pytest finished with status {probe.pytest_status} but the process exited with "
             f"{status}: the exit status was rewritten (atexit or os._exit)"
         )
+    if probe.tampered:
+        reasons.append(
+            f"the test run tampered with the charpin probe ({_few(probe.tampered)}); "
+            "its record cannot be trusted"
+        )
     if probe.rewritten:
         reasons.append(f"another hook rewrote the outcome of {_few(sorted(probe.rewritten))}")
     if probe.dropped:
@@ -98,7 +103,10 @@ def _findings(status: int, probe: ProbeData) -> list[str]:
         )
     if status == 0:
         reasons.extend(_unexecuted(probe))
-        bad = sorted(n for n, o in probe.outcomes.items() if o in ("failed", "error"))
+        # The probe's own list counts too: a failure it saw stays one, whatever was reported.
+        bad = sorted(
+            {n for n, o in probe.outcomes.items() if o in ("failed", "error")} | set(probe.failing)
+        )
         if bad:
             reasons.append(
                 f"exit status 0 but {len(bad)} test(s) failed or errored ({_few(bad)}): "
@@ -114,6 +122,7 @@ _SAID_BY: dict[str, tuple[str, ...]] = {
     "the test session never started": ("the probe never recorded", "probe record "),
     "the test session never finished": ("the test session never finished",),
     "another hook rewrote": ("outcome of ",),
+    "the test run tampered": ("the test run tampered",),
     "a hook removed selected": ("selected ids removed by a hook",),
 }
 _SAID_BY_COUNT: dict[str, tuple[str, ...]] = {

@@ -7,6 +7,9 @@ registered and appends JSON lines to PATH (see charpin_runner.probe for the form
 flake ledger (`--charpin-ledger`) by deselecting frozen ids, never by skipping them. Under
 pytest-xdist only the controller writes; workers send their collection data in `workeroutput`.
 The probe never prints and never warns: the parent reads the record and tells the user.
+Outcomes are recorded as pytest's own machinery (xfail handling included) made them: a report
+that another hook relabels is recorded with its original outcome and noted as rewritten, and the
+ids pytest made fail go to the finish line so the parent can check them against the reports.
 PYTEST_DONT_REWRITE: there are no asserts here, and skipping the rewrite keeps start-up cheap.
 """
 
@@ -20,6 +23,7 @@ from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import _pytest.skipping
 import pytest
 
 from charpin_runner.errors import ConfigError
@@ -157,31 +161,69 @@ def _plugins(config: pytest.Config) -> list[str]:
     return sorted(names)
 
 
-def _explained(seen: str, report: pytest.TestReport) -> bool:
-    """Tell whether pytest's own xfail handling explains a change of outcome."""
+# What a report says, wasxfail included: a failed report that carries wasxfail is not counted
+# by pytest's session (exit status 0) yet is still a failure, so it gets a label of its own.
+_XFAIL_LABELS = {"skipped": "xfailed", "passed": "xpassed", "failed": "failed+xfail"}
+_FAILING = frozenset({"failed", "failed+xfail"})
+_SKIP = pytest.skip.Exception
+_XFAIL = pytest.xfail.Exception
+# Exactly what pytest's own xfail handling reads, its conditions already evaluated; private, so
+# a pytest that moves it makes the probe fall back to the marker itself.
+_XFAILED_KEY: Any = getattr(_pytest.skipping, "xfailed_key", None)
+
+
+def _label(report: pytest.TestReport) -> str:
+    outcome = report.outcome
     if hasattr(report, "wasxfail"):
-        return (seen, report.outcome) in (("failed", "skipped"), ("passed", "passed"))
-    strict_xpass = str(report.longrepr).startswith("[XPASS(strict)]")
-    return seen == "passed" and report.outcome == "failed" and strict_xpass
+        return _XFAIL_LABELS.get(outcome, outcome)
+    return outcome
 
 
-def _outcome(phases: dict[str, pytest.TestReport]) -> str:
+def _accepted(expected: str, label: str) -> bool:
+    """Tell whether pytest's own handling after the probe's wrapper explains label."""
+    # Turning anything into a failure hides nothing (strict XPASS, failed subtests, raises=).
+    return label == expected or label == "failed" or (expected, label) == ("passed", "xpassed")
+
+
+def _xfail_applies(item: pytest.Item, call: pytest.CallInfo[None]) -> bool:
+    """Tell whether pytest's xfail handling turns the exception call raised into an xfail."""
+    exc = call.excinfo
+    if exc is None or getattr(item.config.option, "runxfail", False):
+        return False
+    if isinstance(exc.value, _XFAIL):
+        return True  # pytest.xfail(), xfail(run=False), unittest's expectedFailure
+    if _XFAILED_KEY is None:  # pragma: no cover
+        return item.get_closest_marker("xfail") is not None
+    xfailed = item.stash.get(_XFAILED_KEY, None)
+    if xfailed is None:
+        return False
+    raises = xfailed.raises
+    if raises is None:
+        return True
+    if isinstance(raises, (type, tuple)):
+        return isinstance(exc.value, raises)
+    matches = getattr(raises, "matches", None)
+    return bool(matches(exc.value)) if callable(matches) else True
+
+
+def _outcome(phases: dict[str, str]) -> str:
     setup = phases.get("setup")
     call = phases.get("call")
     teardown = phases.get("teardown")
-    if setup is not None and setup.failed:
+    if setup in _FAILING:
         return "error"
-    for rep in (setup, call):
-        if rep is not None and rep.skipped:
-            return "xfailed" if hasattr(rep, "wasxfail") else "skipped"
-    if call is not None and call.failed:
+    if call in _FAILING:
         return "failed"
     # xdist reports a crashed worker's test with when="???".
-    if any(rep.failed for when, rep in phases.items() if when not in _PHASES):
+    if any(label in _FAILING for when, label in phases.items() if when not in _PHASES):
         return "failed"
-    if teardown is not None and teardown.failed:
+    # Before skips: pytest counts a failing teardown after a skip or an imperative xfail.
+    if teardown in _FAILING:
         return "error"
-    if call is not None and hasattr(call, "wasxfail"):
+    for label in (setup, call):
+        if label == "skipped" or label == "xfailed":
+            return label
+    if call == "xpassed":
         return "xpassed"
     return "passed"
 
@@ -203,17 +245,30 @@ class Probe:
         self.filtered_seen: set[str] = set()
         self.record: dict[str, Any] | None = None
         self.frozen: set[str] = set()
+        # Per (nodeid, phase): the label pytest's own handling gives the report, as predicted
+        # by the innermost makereport wrapper; logreport compares what arrives against it.
         self.seen: dict[tuple[str, str], str] = {}
-        self.phases: dict[str, dict[str, pytest.TestReport]] = {}
+        self.phases: dict[str, dict[str, tuple[str, float]]] = {}
+        # Ids whose report pytest made failing (xfail aside), whatever later hooks turn it into;
+        # the finish line carries them so the parent can check every one against its report.
+        self.failing: set[str] = set()
+        # Reports of failing phases with the label they showed the probe, kept to see whether a
+        # later hook relabels them.
+        self.watch: list[tuple[str, str, str, pytest.TestReport]] = []
         self.executed: set[str] = set()
         self.node_ids: dict[str, list[str]] = {}
         self.worker_data: dict[str, dict[str, Any]] = {}
         self.out: IO[str] | None = None
         if self.is_worker:
-            self.worker_out: dict[str, Any] = {"rewritten": []}
+            self.worker_out: dict[str, Any] = {"rewritten": [], "failing": [], "tampered": []}
             config.workeroutput[_WORKER_KEY] = self.worker_out  # type: ignore[attr-defined]
         else:
             self.out = self._open(_resolve_path(config, str(path)))
+        # The hot path writes through self.out, everything else through this handle, which a
+        # test that swaps self.out (to filter lines) does not reach. Best effort, as is _intact.
+        self._file = self.out
+        self._intact = dict(_PRISTINE)
+        self._intact.update((f"Probe.{name}", getattr(self, name)) for name in _GUARDED_STATE)
 
     def _load_ledger(self, value: str | None) -> Ledger | None:
         if not value:
@@ -238,13 +293,20 @@ class Probe:
             ) from None
 
     def close(self) -> None:
-        if self.out is not None:
-            self.out.close()
-            self.out = None
+        # Only the handle the probe opened: a swapped-in self.out is the test's own object.
+        if self._file is not None:
+            try:
+                self._file.close()
+            except (OSError, ValueError):
+                pass  # already closed by the code under test: the missing lines show it
+        self.out = self._file = None
 
     def _emit(self, record: dict[str, Any]) -> None:
-        if self.out is not None:
-            self.out.write(_ENCODE(record) + "\n")
+        if self._file is not None:
+            try:
+                self._file.write(_ENCODE(record) + "\n")
+            except (OSError, ValueError):
+                pass  # closed under us by the code under test: the missing lines show it
 
     def _id(self, nodeid: str) -> str:
         return self.prefix + nodeid
@@ -267,14 +329,43 @@ class Probe:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self._check_watch()
+        tampered = self._tampered()
         if self.is_worker:
+            self.worker_out["failing"] = sorted(self.failing)
+            self.worker_out["tampered"] = tampered
             return
+        if tampered:
+            self._emit({"kind": "tampered", "what": tampered})
         if self.record is None and (self.worker_data or self.node_ids):
             self._emit_collection(self._merge_workers())
         for nodeid in sorted(self.phases):
             self._finish_test(nodeid, self.phases.pop(nodeid))
         leaked = sorted(self.frozen & self.executed)
-        self._emit({"kind": "finish", "exitstatus": int(exitstatus), "leaked": leaked})
+        self._emit(
+            {
+                "kind": "finish",
+                "exitstatus": int(exitstatus),
+                "leaked": leaked,
+                "failing": sorted(self.failing),
+            }
+        )
+
+    def _check_watch(self) -> None:
+        """Note every failing report that a hook relabelled after the probe recorded it."""
+        for nodeid, when, shown, report in self.watch:
+            now = _label(report)
+            if now != shown:
+                self._rewritten(nodeid, when, shown, now, after=True)
+        self.watch = []
+
+    def _tampered(self) -> list[str]:
+        """Name what the code under test replaced in the probe itself (best effort)."""
+        now = _integrity(self)
+        found = [name for name, value in self._intact.items() if now.get(name) is not value]
+        if self.out is not self._file:
+            found.append("Probe.out (the record's file handle)")
+        return found
 
     # -- collection ---------------------------------------------------------------------------
 
@@ -408,8 +499,17 @@ class Probe:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         output = getattr(node, "workeroutput", None)
         data = output.get(_WORKER_KEY) if isinstance(output, dict) else None
-        if isinstance(data, dict) and "selected" in data:
-            self.worker_data[str(node.gateway.id)] = data
+        if not isinstance(data, dict):
+            return
+        gateway = str(node.gateway.id)
+        for rewritten in data.get("rewritten", []):
+            self._emit(rewritten)
+        self.failing.update(n for n in data.get("failing", []) if isinstance(n, str))
+        tampered = data.get("tampered")
+        if tampered:
+            self._emit({"kind": "tampered", "what": [f"{gateway}: {w}" for w in tampered]})
+        if "selected" in data:
+            self.worker_data[gateway] = data
 
     def _merge_workers(self) -> dict[str, Any]:
         notes: list[str] = []
@@ -433,10 +533,8 @@ class Probe:
             for key in ("collected", "selected"):
                 if theirs.get(key) != record.get(key):
                     notes.append(f"xdist workers {gateway} and {other} differ in {key} ids")
-        record.pop("rewritten", None)
-        for other in sorted(self.worker_data):
-            for rewritten in self.worker_data[other].get("rewritten", []):
-                self._emit(rewritten)
+        for key in ("rewritten", "failing", "tampered"):
+            record.pop(key, None)
         announced = self.node_ids.get(gateway)
         if announced is not None:
             late = set(record["selected"]) - set(announced)
@@ -454,9 +552,13 @@ class Probe:
         def pytest_runtest_makereport(
             self, item: pytest.Item, call: pytest.CallInfo[None]
         ) -> Generator[None, Any, Any]:
-            # Innermost wrapper: see the outcome before any other wrapper can change it.
+            # Innermost wrapper: see the report before pytest's xfail handling and any other
+            # wrapper can change it, and predict what pytest's own handling makes of it.
             report = yield
-            self.seen[(report.nodeid, report.when)] = report.outcome
+            if call.excinfo is None and report.outcome == "passed":
+                self.seen[(report.nodeid, report.when)] = "passed"  # the common case, inline
+            else:
+                self._saw(item, call, report)
             return report
 
     else:  # pragma: no cover - exercised only with pluggy < 1.1
@@ -467,47 +569,77 @@ class Probe:
         ) -> Generator[None, Any, Any]:
             outcome = yield
             if outcome.excinfo is None:
-                report = outcome.get_result()
-                self.seen[(report.nodeid, report.when)] = report.outcome
+                self._saw(item, call, outcome.get_result())
+
+    def _saw(self, item: pytest.Item, call: pytest.CallInfo[None], report: Any) -> None:
+        """Remember what pytest's own handling will make of report, and every failure."""
+        outcome = report.outcome
+        exc = call.excinfo
+        if exc is not None and outcome != "failed" and not isinstance(exc.value, _SKIP):
+            # The phase raised, yet a hook that runs inside this wrapper made it pass or skip.
+            outcome = "failed"
+        if outcome == "failed":
+            if _xfail_applies(item, call):
+                outcome = "xfailed"
+            else:
+                self.failing.add(self.prefix + report.nodeid)
+        self.seen[(report.nodeid, report.when)] = outcome
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Hot path: runs three times per test, so it formats its lines by hand (benchmark).
-        nodeid = report.nodeid
-        when = report.when
-        seen = self.seen.pop((nodeid, when), None)
-        if seen is not None and seen != report.outcome and not _explained(seen, report):
-            self._rewritten(report, seen)
+        nodeid = self.prefix + report.nodeid
+        when = str(report.when)
+        label: str = report.outcome  # _label(report), inline on the hot path
+        if hasattr(report, "wasxfail"):
+            label = _XFAIL_LABELS.get(label, label)
+        shown = label
+        expected = self.seen.pop((report.nodeid, report.when), None)
+        if expected is not None and label != expected and not _accepted(expected, label):
+            self._rewritten(nodeid, when, expected, label)
+            # Record what pytest made of the test, not what the other hook turned it into.
+            label = expected
+        if label in _FAILING:
+            self.watch.append((nodeid, when, shown, report))
         if self.out is None:
             return  # an xdist worker: the controller records the report xdist relays
-        nodeid = self.prefix + nodeid
         if when == "setup":
             # Written now, not at teardown, so a test that kills the process still shows up.
             self.executed.add(nodeid)
             self.out.write(f'{{"kind":"setup","nodeid":{_quote(nodeid)}}}\n')
-            self.phases[nodeid] = {"setup": report}
-        elif when == "teardown":
-            phases = self.phases.pop(nodeid, {})
-            phases["teardown"] = report
+            self.phases[nodeid] = {"setup": (label, report.duration)}
+            return
+        phases = self.phases.pop(nodeid, {}) if when == "teardown" else None
+        if phases is None:
+            phases = self.phases.setdefault(nodeid, {})
+            before = phases.get(when)
+            # A failure sticks: with subtests the call phase reports once per subtest, then once
+            # more for the test itself.
+            if before is not None and before[0] in _FAILING:
+                label = before[0]
+        phases[when] = (label, report.duration)
+        if when == "teardown":
             self._finish_test(nodeid, phases)
-        else:
-            self.phases.setdefault(nodeid, {})[str(when)] = report
 
-    def _rewritten(self, report: pytest.TestReport, seen: str) -> None:
-        line = {
+    def _rewritten(
+        self, nodeid: str, when: str, seen: str, reported: str, after: bool = False
+    ) -> None:
+        line: dict[str, Any] = {
             "kind": "rewritten",
-            "nodeid": self._id(report.nodeid),
-            "when": report.when,
+            "nodeid": nodeid,
+            "when": when,
             "seen": seen,
-            "reported": report.outcome,
+            "reported": reported,
         }
+        if after:
+            line["after"] = True
         if self.is_worker:
             self.worker_out["rewritten"].append(line)
         else:
             self._emit(line)
 
-    def _finish_test(self, nodeid: str, phases: dict[str, pytest.TestReport]) -> None:
-        duration = round(sum([rep.duration for rep in phases.values()]), 6)
-        outcome = _outcome(phases)
+    def _finish_test(self, nodeid: str, phases: dict[str, tuple[str, float]]) -> None:
+        duration = round(sum([took for _, took in phases.values()]), 6)
+        outcome = _outcome({when: label for when, (label, _) in phases.items()})
         if "teardown" in phases and self.out is not None:
             self.out.write(
                 f'{{"kind":"report","nodeid":{_quote(nodeid)},"outcome":"{outcome}",'
@@ -516,3 +648,24 @@ class Probe:
             return
         line = {"kind": "report", "nodeid": nodeid, "outcome": outcome, "duration": duration}
         self._emit(dict(line, incomplete=True))
+
+
+# What the probe checks at the end for replacement by the code under test (see Probe._tampered).
+_GUARDED = ("_label", "_accepted", "_xfail_applies", "_outcome", "_quote")
+_GUARDED_ATTRS = ("_saw", "_finish_test", "_rewritten", "_emit", "_check_watch")
+_GUARDED_STATE = ("seen", "failing", "phases")
+
+
+def _integrity(probe: object) -> dict[str, object]:
+    module = globals()
+    found: dict[str, object] = {f"{__name__}.{name}": module.get(name) for name in _GUARDED}
+    for name in _GUARDED_ATTRS:
+        method = getattr(probe, name, None)
+        found[f"Probe.{name}"] = getattr(method, "__func__", method)
+    for name in _GUARDED_STATE:
+        found[f"Probe.{name}"] = getattr(probe, name, None)
+    return found
+
+
+# Taken at import, before any conftest can run: the functions as this file defines them.
+_PRISTINE = _integrity(Probe)

@@ -10,8 +10,12 @@ session never ended. Line kinds, in the order they usually appear:
 * collection  collected, order, filtered, dropped, selected, late_dropped, ledger, conftests, notes
 * setup       nodeid: the test's setup phase was reported (so it counts as executed)
 * report      nodeid, outcome, duration: one per test, after its teardown
-* rewritten   nodeid, when, seen, reported: another hook changed an outcome after pytest made it
-* finish      exitstatus, leaked
+* rewritten   nodeid, when, seen, reported, after (optional): another hook changed an outcome
+              after pytest made it; `seen` is what pytest's own handling made of it, and `after`
+              says the change came after the probe had recorded the report
+* tampered    what: parts of the probe itself that the code under test replaced
+* finish      exitstatus, leaked, failing (ids whose report pytest made failing, xfail aside;
+              each must be reported failed or error, or a hook hid the failure)
 
 Under pytest-xdist the collection line comes after the reports (workers send it at the end).
 """
@@ -28,6 +32,7 @@ from charpin_runner.receipt import OUTCOMES, Deselected, Widening
 
 # Notes name at most this many ids, so one odd run cannot produce a megabyte of notes.
 _NOTE_IDS = 5
+_FAILING = ("failed", "error")
 
 
 @dataclass
@@ -70,6 +75,12 @@ class ProbeData:
     # and selected ids that a collection hook running after the ledger removed.
     rewritten: list[str] = field(default_factory=list)
     late_dropped: list[str] = field(default_factory=list)
+    # Ids the probe saw fail as pytest made their report (finish line), and what the code under
+    # test replaced in the probe itself.
+    failing: list[str] = field(default_factory=list)
+    tampered: list[str] = field(default_factory=list)
+    # The outcome ("failed" or "error", by phase) of each failure a rewritten line reports.
+    hidden: dict[str, str] = field(default_factory=dict)
 
 
 def read_probe(path: Path) -> ProbeData:
@@ -184,7 +195,12 @@ def _read_report(data: ProbeData, record: dict[str, Any]) -> None:
         raise ValueError(f"unknown outcome {outcome!r}")
     if not isinstance(duration, (int, float)) or isinstance(duration, bool):
         raise TypeError("duration must be a number")
-    if nodeid in data.outcomes:
+    before = data.outcomes.get(nodeid)
+    if before is not None:
+        if before in _FAILING and outcome not in _FAILING:
+            # A line appended by the code under test must not turn a failure green.
+            data.notes.append(f"{nodeid} was reported twice; the failure ({before}) is kept")
+            return
         data.notes.append(f"{nodeid} was reported twice; the last report is kept")
     data.outcomes[nodeid] = outcome
     data.durations[nodeid] = float(duration)
@@ -201,11 +217,20 @@ def _read_rewritten(data: ProbeData, record: dict[str, Any]) -> None:
     seen, reported = _str(record["seen"]), _str(record["reported"])
     when = record.get("when")
     phase = f" ({when} phase)" if isinstance(when, str) else ""
+    late = " after the probe recorded it" if record.get("after") is True else ""
     if nodeid not in data.rewritten:
         data.rewritten.append(nodeid)
+    if seen in ("failed", "failed+xfail") and nodeid not in data.hidden:
+        data.hidden[nodeid] = "error" if when in ("setup", "teardown") else "failed"
     data.notes.append(
-        f"outcome of {nodeid}{phase} rewritten from {seen} to {reported} by another hook"
+        f"outcome of {nodeid}{phase} rewritten from {seen} to {reported} by another hook{late}"
     )
+
+
+def _read_tampered(data: ProbeData, record: dict[str, Any]) -> None:
+    what = _strs(record["what"])
+    data.tampered.extend(what)
+    data.notes.append(f"the test run tampered with the charpin probe: {_few(what)}")
 
 
 def _read_finish(data: ProbeData, record: dict[str, Any]) -> None:
@@ -213,9 +238,11 @@ def _read_finish(data: ProbeData, record: dict[str, Any]) -> None:
     if not isinstance(status, int) or isinstance(status, bool):
         raise TypeError("exitstatus must be an int")
     leaked = _strs(record.get("leaked", []))
+    failing = _strs(record.get("failing", []))
     data.session_finished = True
     data.pytest_status = status
     data.ledger.leaked = sorted(set(leaked))
+    data.failing = sorted(set(failing))
 
 
 _HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {
@@ -224,8 +251,27 @@ _HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {
     "setup": _read_setup,
     "report": _read_report,
     "rewritten": _read_rewritten,
+    "tampered": _read_tampered,
     "finish": _read_finish,
 }
+
+
+def _check_failing(data: ProbeData) -> None:
+    """Every id pytest made failing must be reported failed or error: else a hook hid it."""
+    for nodeid in data.failing:
+        outcome = data.outcomes.get(nodeid)
+        if outcome in _FAILING:
+            continue
+        if nodeid not in data.rewritten:
+            data.rewritten.append(nodeid)
+        shown = "no outcome" if outcome is None else outcome
+        data.notes.append(
+            f"outcome of {nodeid} rewritten from failed to {shown}: pytest reported a failure "
+            "the record does not show"
+        )
+        # The receipt keeps what pytest made of the test (under xdist the controller only ever
+        # saw the relabelled report; the worker's probe saw the failure).
+        data.outcomes[nodeid] = data.hidden.get(nodeid, "failed")
 
 
 def _few(ids: list[str]) -> str:
@@ -243,6 +289,7 @@ def _explain(data: ProbeData) -> None:
     unreported = sorted(set(data.executed) - set(data.outcomes))
     if unreported:
         data.notes.append(f"started but never reported an outcome: {_few(unreported)}")
+    _check_failing(data)
     if not data.collection_done:
         return
     if data.late_dropped:

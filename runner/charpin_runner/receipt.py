@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -50,8 +50,12 @@ class Identity:
 class Tree:
     """Working-tree state: dirty paths and content digests before and after the run.
 
-    The digest is sha256 over `git diff --binary HEAD` plus (path, sha256) of each untracked
-    file; "unresolved" when git could not answer. `.charpin/` is never counted.
+    Paths are compared with HEAD's tree by content, whatever the index says; untracked files
+    are listed with the ignore rules in force before the run. The digest is sha256 over
+    `git diff --binary HEAD` plus (path, sha256) of each untracked file; "unresolved" when git
+    could not answer. `.charpin/` is never counted. flagged_before/after are the paths the
+    repository's index marked skip-worktree or assume-unchanged; a path flagged during the run
+    is also in written.
     """
 
     dirty_before: list[str]
@@ -60,6 +64,8 @@ class Tree:
     dirty_digest_after: str
     written: list[str]
     outputs: list[str]
+    flagged_before: list[str] = field(default_factory=list)
+    flagged_after: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -190,6 +196,9 @@ class Environment:
     pytest_version: Optional[str]
     host_key_fingerprint: Optional[str]
     host_key_accepted_new: bool
+    # "bwrap" when the test command ran under bubblewrap with the protected paths read-only,
+    # "none" otherwise (added in 0.2; older receipts decode as "none").
+    sandbox: str = "none"
 
 
 @dataclass(frozen=True)

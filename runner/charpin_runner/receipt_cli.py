@@ -15,8 +15,9 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import charpin_runner
 from charpin_runner import config as config_mod
-from charpin_runner import gitstate
+from charpin_runner import gitstate, sandbox, seal
 from charpin_runner.errors import EXIT_INTERRUPTED, ConfigError, UsageError
 from charpin_runner.interpret import EXIT_CODES
 from charpin_runner.procgroup import become_subreaper, stop_on_signals
@@ -59,34 +60,96 @@ def add_parsers(sub: Any) -> None:
     add("--timeout", metavar="SECONDS", help="kill the test command after this long")
     add("--today", metavar="YYYY-MM-DD", help="date used for ledger expiry (default: UTC today)")
     add("--no-pins", action="store_true", help="do not replay pins")
+    add(
+        "--sandbox",
+        default="auto",
+        choices=sandbox.MODES,
+        help="run the tests under bubblewrap with the protected paths read-only: auto (when "
+        "bwrap works here; the default), required (refuse to run without it), off",
+    )
+    add(
+        "--protect",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="a path the tests must not change (read-only under bwrap; checked after the run)",
+    )
+    add(
+        "--disposable",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="like --protect, and removed when the run changed it (a cache the next run rebuilds)",
+    )
+    add(
+        "--seal-stdin",
+        action="store_true",
+        help="read a 64-hex-digit key from stdin and write PATH.seal next to the receipt "
+        "(how charpin-remote knows the receipt came from this runner)",
+    )
     add("-q", "--quiet", action="store_true", help="do not print the summary")
     parser.set_defaults(handler=run, accepts_extra=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Handle `charpin receipt`."""
+    # First, before anything is started: no child may inherit the key's pipe.
+    key = seal.read_key_from_stdin() if args.seal_stdin else None
     repo = gitstate.find_toplevel(Path(args.repo or os.getcwd()))
     request = replace(_request(args, repo), kill_adopted=become_subreaper())
     output = _output_path(args.output, repo, request.run_id)
+    request = replace(request, sandbox=sandbox_plan(args, repo))
     warning = inside_repo_warning(output, repo)
     if warning:
         print(f"charpin: warning: {warning}", file=sys.stderr, flush=True)
     with stop_on_signals() as stop:
         receipt = produce(request, stop)
+        code = exit_status(receipt, stop.requested)
+        data = dumps(receipt)
         try:
             ensure_receipt_folder(repo, output.parent)
-            write_atomic(output, dumps(receipt))
+            write_atomic(output, data)
+            if key is not None:
+                sealed = output.with_name(output.name + seal.SEAL_SUFFIX)
+                write_atomic(sealed, seal.make(key, request.run_id, data, code))
         except FileExistsError:
-            raise UsageError(f"{output} appeared during the run; pass another -o PATH") from None
+            # Something else (the test command) created the path while the tests ran: no
+            # receipt and no seal come from this run, so nobody can take a planted one for ours.
+            raise UsageError(
+                f"{output} (or its seal) appeared during the run; pass another -o PATH"
+            ) from None
     if not args.quiet:
         print("\n".join(summary_lines(receipt, _shown_path(output))), flush=True)
     for reason in receipt.exit.reasons:
         print(f"charpin: {reason}", file=sys.stderr)
-    if stop.requested:
+    return code
+
+
+def exit_status(receipt: Receipt, interrupted: bool) -> int:
+    """The status `charpin receipt` exits with for receipt (sealed with it for the coordinator)."""
+    if interrupted:
         return EXIT_INTERRUPTED
     code = EXIT_CODES[receipt.exit.interpretation]
     # Design §6: bit 2 means drift; a drifted or broken pin is drift whatever the tests did.
     return code | 2 if pins_drifted(receipt) else code
+
+
+def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
+    """What the tests may not write: the given paths, this interpreter's environment when it is
+    a venv (on `local`, the coordinator's own) and the runner's code. The receipt itself needs
+    no read-only folder: a planted one lacks the seal."""
+    disposable = [os.path.abspath(p) for p in args.disposable]
+    protect = [os.path.abspath(p) for p in args.protect] + disposable
+    if sys.prefix != sys.base_prefix:
+        protect.append(sys.prefix)
+    code = Path(charpin_runner.__file__).resolve().parent
+    protect.append(str(code.parent if code.parent.is_file() else code))
+    return sandbox.Plan(
+        mode=sandbox.check_mode(args.sandbox),
+        protect=tuple(dict.fromkeys(protect)),
+        disposable=tuple(disposable),
+        writable=(str(repo),),
+    )
 
 
 def pins_drifted(receipt: Receipt) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -23,16 +24,18 @@ from typing import Any, cast
 
 import charpin_runner
 from charpin_runner import envinfo, fixtures, gitstate
+from charpin_runner import sandbox as sandbox_mod
 from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, DEFAULT_WATCH, CharpinConfig
 from charpin_runner.errors import CharpinError, ConfigError, RunError, UsageError
 from charpin_runner.interpret import Ending, interpret
 from charpin_runner.probe import ProbeData, read_probe
-from charpin_runner.procgroup import StopFlag, run_child
+from charpin_runner.procgroup import StopFlag, kill_adopted, run_child
 from charpin_runner.receipt import (
     OUTCOMES,
     SCHEMA_VERSION,
     Collection,
     Environment,
+    Exit,
     Identity,
     Outcome,
     PinResult,
@@ -65,6 +68,8 @@ class Request:
     # Kill every child this process has after the run: only for a process that became a
     # subreaper and runs nothing else (the CLI), never for a library caller.
     kill_adopted: bool = False
+    # What the test command must not be able to write (see sandbox.py); off for library callers.
+    sandbox: sandbox_mod.Plan = field(default_factory=lambda: sandbox_mod.Plan(mode="off"))
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -84,14 +89,19 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     if git_before.head == gitstate.UNRESOLVED:
         raise UsageError(f"{repo} has no commit checked out (HEAD does not resolve); commit first")
     fx_before = fixtures.snapshot(repo, roots)
-    run = _run_tests(request, ledger, stop)
-    # Everything below is measured after the whole process group is gone; fixtures first,
-    # before git (the one other program we run) gets a chance to do anything.
+    guard = sandbox_mod.begin(request.sandbox)
+    run = _run_tests(request, ledger, stop, guard)
+    # An interrupted run winds down: the receipt is written, pins are not replayed. Pins run
+    # before the after-measurements, so whatever a pin target leaves behind is measured too.
+    pins, reasons = _replay_pins(request, skip=stop.requested)
+    if request.kill_adopted:
+        # A pin target's double-forked daemon was re-parented to us: it dies before we measure.
+        kill_adopted()
+    # Everything below is measured after every process the run started is gone; fixtures
+    # first, before git (the one other program we run) gets a chance to do anything.
     fx_after = fixtures.snapshot(repo, roots)
-    git_after, reasons = _state_after(repo)
-    # An interrupted run winds down: the receipt is written, pins are not replayed.
-    pins, pin_reasons = _replay_pins(request, skip=stop.requested)
-    reasons += pin_reasons
+    git_after, after_reasons = _state_after(repo, git_before)
+    reasons = sandbox_mod.finish(guard) + after_reasons + reasons
     if ledger_sha and run.probe.ledger.sha256 and run.probe.ledger.sha256 != ledger_sha:
         reasons.append("the ledger the probe read differs from the one charpin hashed before")
     ending = Ending(run.ending.status, run.ending.timed_out, stop.requested, request.timeout)
@@ -111,8 +121,12 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         fixtures=fixtures.diff(fx_before, fx_after),
         quarantine=_quarantine(run.probe, ledger, ledger_sha),
         pins=pins,
-        exit=interpret(ending, run.probe, tuple(reasons)),
-        environment=_environment(request, run.probe),
+        exit=_with_notes(
+            interpret(ending, run.probe, tuple(reasons)), gitstate.setup_notes(git_before)
+        ),
+        environment=replace(
+            _environment(request, run.probe), sandbox="bwrap" if guard.used else "none"
+        ),
     )
     # Test ids, conftest paths and notes come from the child and may carry undecodable bytes
     # from file names; the receipt must be valid UTF-8 JSON, so they get the paths' escape.
@@ -149,20 +163,46 @@ class _TestRun:
     probe: ProbeData
 
 
-def _run_tests(request: Request, ledger: str | None, stop: StopFlag) -> _TestRun:
+def _run_tests(
+    request: Request, ledger: str | None, stop: StopFlag, guard: sandbox_mod.Guard
+) -> _TestRun:
     """Run the test command with the probe writing to a scratch folder outside the repository."""
     with tempfile.TemporaryDirectory(prefix="charpin-probe-") as tmp:
         probe_path = Path(tmp) / "probe.jsonl"
         argv = build_command(request, probe_path, ledger)
         env = child_env(Path(tmp))
+        if guard.used:
+            _startable(argv[0], request.repo, env)
         began = time.monotonic()
-        ending = run_child(argv, request.repo, env, request.timeout, stop, request.kill_adopted)
+        ending = run_child(
+            sandbox_mod.wrap(guard, argv),
+            request.repo,
+            env,
+            request.timeout,
+            stop,
+            request.kill_adopted,
+        )
         wall = round(time.monotonic() - began, 3)
         return _TestRun(
             command=_recorded_command(argv, probe_path, request.repo),
             ending=ending,
             wall=wall,
             probe=read_probe(probe_path),
+        )
+
+
+def _startable(program: str, repo: Path, env: dict[str, str]) -> None:
+    """Under bwrap a missing program is bwrap's own failure (exit 1, like a failing test run):
+    say what run_child would say without it."""
+    if os.sep in program:
+        found = os.path.join(str(repo), program)
+        ok = os.path.isfile(found) and os.access(found, os.X_OK)
+    else:
+        ok = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if not ok:
+        raise RunError(
+            f"cannot start the test command {program!r}: No such file or directory; "
+            "fix test_command in [tool.charpin]"
         )
 
 
@@ -274,12 +314,21 @@ def import_root(scratch: Path) -> str:
     return str(link.parent)
 
 
-def _state_after(repo: Path) -> tuple[gitstate.GitState, list[str]]:
-    """Git state after the run; a repository the tests broke is recorded, not fatal."""
+def _with_notes(ended: Exit, notes: list[str]) -> Exit:
+    """Informational lines after the findings: they explain, they do not demote the run."""
+    return replace(ended, reasons=list(ended.reasons) + notes) if notes else ended
+
+
+def _state_after(repo: Path, before: gitstate.GitState) -> tuple[gitstate.GitState, list[str]]:
+    """Git state after the run, measured with the ignore rules in force before it, and what
+    the repository's git setup says about the run; a repository the tests broke is recorded,
+    not fatal."""
     try:
-        return gitstate.read_state(repo), []
+        after = gitstate.read_state(repo, before)
     except RunError as exc:
-        return gitstate.unreadable(), [f"after the run, {exc}"]
+        broken = [f"after the run, {exc}"]
+        return gitstate.unreadable(), broken + gitstate.run_findings(before, before)
+    return after, gitstate.run_findings(before, after)
 
 
 def _replay_pins(request: Request, skip: bool) -> tuple[Pins, list[str]]:
@@ -330,6 +379,8 @@ def _tree(config: CharpinConfig, before: gitstate.GitState, after: gitstate.GitS
         dirty_digest_before=before.digest,
         dirty_digest_after=after.digest,
         written=gitstate.written_paths(before, after),
+        flagged_before=before.flagged,
+        flagged_after=after.flagged,
         outputs=sorted(config.outputs),
     )
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
 from charpin_coordinator.remote import snapshot
+from charpin_coordinator.remote.bundle import runner_bundle
 from charpin_coordinator.remote.transport import LocalTransport
 from charpin_runner.errors import IntegrityError, UsageError
 
@@ -16,9 +19,18 @@ from tests.conftest import git, make_repo
 PY = sys.executable
 
 
+def _runner(box: LocalTransport) -> str:
+    """The runner zipapp on the box (the install step verifies checkouts with it)."""
+    path = Path(box.home()) / "runner.pyz"
+    if not path.exists():
+        path.write_bytes(runner_bundle().data)
+    return str(path)
+
+
 def _ship(box: LocalTransport, snap: snapshot.Snapshot, dest: str) -> int:
     """Ship snap the way a run does; return the bytes this call put on the box."""
     cache = f"{box.home()}/cache repo.git"
+    runner = _runner(box)
     sent_before = box.stats.sent
     has, haves = snapshot.box_haves(box, PY, cache, snap.commit)
     path = sha = None
@@ -34,6 +46,8 @@ def _ship(box: LocalTransport, snap: snapshot.Snapshot, dest: str) -> int:
         bundle_sha256=sha,
         commit=snap.commit,
         dest=dest,
+        tree=snap.tree,
+        runner=runner,
     )
     snapshot.check_identity(snap, got, box.name)
     return box.stats.sent - sent_before
@@ -93,6 +107,8 @@ def test_tampered_bundle_is_refused_on_the_box(tmp_path: Path) -> None:
             bundle_sha256=bundle.sha256,
             commit=snap.commit,
             dest=str(box.root / "src"),
+            tree=snap.tree,
+            runner=_runner(box),
         )
     assert not (box.root / "src").exists()
 
@@ -114,3 +130,59 @@ def test_haves_unknown_locally_are_not_prerequisites(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "src", {"a.txt": "one\n"})
     bundle = snapshot.build_bundle(snapshot.resolve(repo, "HEAD"), ["f" * 40, "not-hex"])
     assert bundle.prerequisites == ()
+
+
+def _poison(cache: Path, blob: str, data: bytes) -> None:
+    """Replace a loose object's content while keeping its name, as a hostile test could."""
+    for pack in (cache / "objects" / "pack").glob("*.pack"):
+        # Loose objects are easier to rewrite than a pack's; the attack is the same.
+        moved = pack.with_name("old.bin")
+        pack.rename(moved)
+        pack.with_suffix(".idx").unlink()
+        with moved.open("rb") as handle:
+            subprocess.run(["git", "-C", str(cache), "unpack-objects", "-q"], stdin=handle, check=True)
+        moved.unlink()
+    path = cache / "objects" / blob[:2] / blob[2:]
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"blob %d\0" % len(data) + data))
+
+
+def test_a_poisoned_cache_repository_is_caught_by_the_files_and_dropped(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "src", {"a.txt": "one\n", "b.txt": "two\n"})
+    box = LocalTransport("box", tmp_path / "box")
+    box.root.mkdir()
+    _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r1"))
+    cache = box.root / "cache repo.git"
+    # An earlier run's test rewrote the object behind a.txt; the next commit reuses that blob.
+    _poison(cache, git(repo, "rev-parse", "HEAD:a.txt"), b"poisoned\n")
+    (repo / "b.txt").write_text("three\n")
+    git(repo, "commit", "-qam", "next")
+    snap = snapshot.resolve(repo, "HEAD")
+    with pytest.raises(IntegrityError, match="tampered"):
+        _ship(box, snap, str(box.root / "r2"))
+    # git itself was fooled: it checked the attacker's bytes out under the right ids.
+    assert (box.root / "r2" / "a.txt").read_text() == "poisoned\n"
+    # The cache is gone, so the next run ships everything again and gets the real files.
+    assert not cache.exists()
+    _ship(box, snap, str(box.root / "r3"))
+    assert (box.root / "r3" / "a.txt").read_text() == "one\n"
+
+
+def test_a_planted_hook_in_the_cache_repository_never_runs(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "src", {"a.txt": "one\n"})
+    box = LocalTransport("box", tmp_path / "box")
+    box.root.mkdir()
+    _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r1"))
+    cache = box.root / "cache repo.git"
+    marker = tmp_path / "hook-ran"
+    hook = tmp_path / "evil-hooks"
+    hook.mkdir()
+    for name in ("reference-transaction", "post-checkout", "fsmonitor"):
+        (hook / name).write_text(f"#!/bin/sh\ntouch {marker}\n")
+        (hook / name).chmod(0o755)
+    with (cache / "config").open("a") as handle:
+        handle.write(f"[core]\n\thooksPath = {hook}\n\tfsmonitor = {hook / 'fsmonitor'}\n")
+    (repo / "a.txt").write_text("two\n")
+    git(repo, "commit", "-qam", "next")
+    _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r2"))
+    assert not marker.exists()

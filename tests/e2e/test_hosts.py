@@ -63,6 +63,27 @@ def test_jump_box_host_key_is_checked_too(sshd_factory: SshdFactory, tmp_path: P
     assert jump.fingerprint in str(caught.value)
 
 
+def test_revoked_jump_box_key_is_refused(sshd_factory: SshdFactory, tmp_path: Path) -> None:
+    jump = sshd_factory(name="jump")
+    target = sshd_factory(name="target")
+    key = " ".join(jump.host_key_line.split()[1:3])
+    jump.known_hosts.write_text(f"{jump.host_key_line}\n@revoked * {key}\n")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        jump.ssh_config.read_text() + target.ssh_config.read_text() + "    ProxyJump jump\n"
+    )
+    [spec] = resolve_hosts(["target"], ssh_config=config)
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec):
+            pass
+    assert caught.value.kind == "host-key"
+    assert str(caught.value) == (
+        f"target: host key for [127.0.0.1]:{jump.port} is REVOKED: {jump.fingerprint} is on the "
+        f"@revoked line {jump.known_hosts}:2; refusing: the box needs a new host key (if the "
+        "revocation is a mistake, delete that line)"
+    )
+
+
 def test_hosts_check_reports_python_venv_git_and_disk(sshd_factory: SshdFactory) -> None:
     box = sshd_factory(name="ci")
     [spec] = resolve_hosts(["ci"], ssh_config=box.ssh_config)

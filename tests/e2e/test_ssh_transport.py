@@ -183,6 +183,73 @@ def test_accept_new_records_the_key_and_the_next_connect_needs_no_flag(ssh_box: 
         assert box.host_key_fingerprint == ssh_box.fingerprint
 
 
+def _host_key(path: Path, kind: str) -> tuple[str, str]:
+    """A fresh host key: (`type base64` of its public half, SHA256 fingerprint)."""
+    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True)
+    pub = path.with_suffix(".pub")
+    listed = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return " ".join(pub.read_text().split()[:2]), listed.stdout.split()[1]
+
+
+@pytest.mark.parametrize("known", ["ecdsa", "ed25519", "both"])
+def test_box_with_two_host_keys_shows_one_known_hosts_holds(
+    sshd_factory: SshdFactory, tmp_path: Path, known: str
+) -> None:
+    ecdsa, ecdsa_fp = _host_key(tmp_path / "ecdsa_host_key", "ecdsa")
+    box = sshd_factory(name="two", options=[f"HostKey={tmp_path / 'ecdsa_host_key'}"])
+    endpoint = f"[127.0.0.1]:{box.port}"
+    lines = {
+        "ecdsa": f"{endpoint} {ecdsa}\n",
+        "ed25519": f"{box.host_key_line}\n",
+        "both": f"{endpoint} {ecdsa}\n{box.host_key_line}\n",
+    }
+    box.known_hosts.write_text(lines[known])
+    with open_box(spec_of(box)) as transport:
+        # like ssh, ask for a key type the file knows (paramiko's favourite is ed25519)
+        expected = ecdsa_fp if known == "ecdsa" else box.fingerprint
+        assert transport.host_key_fingerprint == expected
+
+
+def test_any_listed_key_of_a_type_is_accepted_during_a_rotation(
+    ssh_box: SshBox, tmp_path: Path
+) -> None:
+    retired, _ = _host_key(tmp_path / "retired", "ed25519")
+    endpoint = f"[127.0.0.1]:{ssh_box.port}"
+    ssh_box.known_hosts.write_text(f"{endpoint} {retired}\n{ssh_box.host_key_line}\n")
+    with open_box(spec_of(ssh_box)) as box:
+        assert box.host_key_fingerprint == ssh_box.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("hosts", "trusted"),
+    [
+        ("[127.0.0.?]:{port}", True),
+        ("other,[127.0.0.1]:*", True),
+        ("[127.0.0.*]:*,![127.0.0.1]:{port}", False),
+        ("127.0.0.1", False),  # without the port the line is for port 22 only
+    ],
+)
+def test_wildcards_and_negations_match_as_in_openssh(
+    ssh_box: SshBox, hosts: str, trusted: bool
+) -> None:
+    key = " ".join(ssh_box.host_key_line.split()[1:3])
+    ssh_box.known_hosts.write_text(f"{hosts.format(port=ssh_box.port)} {key}\n")
+    if trusted:
+        with open_box(spec_of(ssh_box)) as box:
+            assert box.host_key_fingerprint == ssh_box.fingerprint
+        return
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec_of(ssh_box)):
+            pass
+    assert caught.value.kind == "host-key"
+    assert "is not in known_hosts" in str(caught.value)
+
+
 def test_wrong_client_key_is_an_auth_failure_and_not_retried(
     ssh_box: SshBox, tmp_path: Path
 ) -> None:

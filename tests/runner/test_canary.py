@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import secrets
 from pathlib import Path
 
@@ -14,9 +15,10 @@ SECRET_NAMES = ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "MY_SE
 
 
 def encodings(value: str) -> list[str]:
-    """The forms a leaked value could take: plain, hex, base64 and urlsafe base64."""
+    """The forms a leaked value could take: plain, JSON-escaped, hex, base64, urlsafe base64."""
     raw = value.encode()
-    forms = [value, raw.hex(), raw.hex().upper()]
+    forms = [value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]]
+    forms += [raw.hex(), raw.hex().upper()]
     for encode in (base64.b64encode, base64.urlsafe_b64encode):
         text = encode(raw).decode()
         forms += [text, text.rstrip("=")]
@@ -24,7 +26,10 @@ def encodings(value: str) -> list[str]:
 
 
 def test_canaries_never_reach_the_receipt_or_the_summary(tmp_path: Path) -> None:
-    canaries = {name: f"canary-{secrets.token_hex(16)}" for name in SECRET_NAMES}
+    # Every character an encoder escapes (JSON, Markdown, XML, terminal): a value that is only
+    # present escaped must still count. The random token is in every spelling that keeps letters.
+    tokens = {name: f"canary{secrets.token_hex(16)}" for name in SECRET_NAMES}
+    canaries = {name: f'{token}"\\|`<[\n\t\x1b\u00e9' for name, token in tokens.items()}
     repo = make_repo(
         tmp_path / "repo",
         {
@@ -33,7 +38,7 @@ def test_canaries_never_reach_the_receipt_or_the_summary(tmp_path: Path) -> None
             ),
             "tests/test_env.py": (
                 "import os\ndef test_env():\n    print(dict(os.environ))\n"
-                "    assert os.environ['GITHUB_TOKEN'].startswith('canary-')\n"
+                "    assert os.environ['GITHUB_TOKEN'].startswith('canary')\n"
             ),
         },
     )
@@ -41,7 +46,7 @@ def test_canaries_never_reach_the_receipt_or_the_summary(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     receipt = next((repo / ".charpin" / "receipts").glob("*.json")).read_text()
     for name, value in canaries.items():
-        for form in encodings(value):
+        for form in [tokens[name], *encodings(value)]:
             assert form not in receipt, f"{name} leaked into the receipt as {form}"
             assert form not in result.stdout, f"{name} leaked into stdout as {form}"
             assert form not in result.stderr, f"{name} leaked into stderr as {form}"

@@ -122,6 +122,28 @@ TABLE: list[tuple[str, Ending, ProbeData, Interpretation, str]] = [
         "",
     ),
     ("masked failure", Ending(0), probe(**{**FAILED, "pytest_status": 0}), "incomplete", "masked"),
+    (
+        "failure the probe saw, reported as a pass",
+        Ending(0),
+        probe(failing=["t.py::b"]),
+        "incomplete",
+        "exit status 0 but 1 test(s) failed or errored (t.py::b): the exit status was masked",
+    ),
+    (
+        "probe tampered with",
+        Ending(0),
+        probe(tampered=["Probe.out (the record's file handle)"]),
+        "incomplete",
+        "the test run tampered with the charpin probe (Probe.out (the record's file handle)); "
+        "its record cannot be trusted",
+    ),
+    (
+        "probe tampered with in a failing run",
+        Ending(1),
+        probe(**FAILED, tampered=["charpin_runner.plugin._outcome"]),
+        "incomplete",
+        "tampered with the charpin probe (charpin_runner.plugin._outcome)",
+    ),
     ("atexit rewrote status", Ending(0), probe(**FAILED), "incomplete", "rewritten (atexit"),
     ("atexit turned pass into 1", Ending(1), probe(), "incomplete", "status 0 but"),
     ("killed by a signal", Ending(-9), probe(session_finished=False), "incomplete", "SIGKILL"),
@@ -197,4 +219,13 @@ def test_dropped_items_give_exactly_one_reason_line() -> None:
         "2 collected test(s) were removed during collection without being reported as "
         "deselected; report removed items through config.hook.pytest_deselected(items=...) "
         "or deselect them with -k/-m/--deselect"
+    ]
+
+
+def test_tampering_note_is_said_once() -> None:
+    note = "the test run tampered with the charpin probe: charpin_runner.plugin._outcome"
+    seen = probe(tampered=["charpin_runner.plugin._outcome"], notes=[note])
+    assert interpret(Ending(0), seen).reasons == [
+        "the test run tampered with the charpin probe (charpin_runner.plugin._outcome); "
+        "its record cannot be trusted"
     ]

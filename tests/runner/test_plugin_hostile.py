@@ -108,7 +108,9 @@ def test_outcome_flipped_by_a_makereport_wrapper_is_recorded_as_rewritten(
     result, probe = run_probe(pytester)
     # The forgery works on pytest: it reports green.
     assert result.ret == 0
-    assert probe.outcomes == {"test_m.py::test_ok": "passed", "test_m.py::test_bad": "passed"}
+    # The record keeps what pytest made of the test, and says that a hook changed it.
+    assert probe.outcomes == {"test_m.py::test_ok": "passed", "test_m.py::test_bad": "failed"}
+    assert probe.failing == ["test_m.py::test_bad"]
     assert probe.rewritten == ["test_m.py::test_bad"]
     assert probe.notes == [
         "outcome of test_m.py::test_bad (call phase) rewritten from failed to passed by another hook"

@@ -114,7 +114,9 @@ def test_xdist_worker_rewrite_reaches_the_record(pytester: pytest.Pytester) -> N
     pytester.makepyfile(test_m="def test_ok(): pass\ndef test_bad(): assert 0\n")
     result, probe = run_probe(pytester)
     assert result.ret == 0
-    assert probe.outcomes == {"test_m.py::test_ok": "passed", "test_m.py::test_bad": "passed"}
+    # The record keeps what pytest made of the test, and says that a hook changed it.
+    assert probe.outcomes == {"test_m.py::test_ok": "passed", "test_m.py::test_bad": "failed"}
+    assert probe.failing == ["test_m.py::test_bad"]
     assert probe.rewritten == ["test_m.py::test_bad"]
     assert (
         "outcome of test_m.py::test_bad (call phase) rewritten from failed to passed by another hook"

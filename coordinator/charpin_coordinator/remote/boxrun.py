@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-from charpin_runner.errors import CharpinError, IntegrityError
+from charpin_runner import seal
+from charpin_runner.errors import EXIT_INTERRUPTED, CharpinError, IntegrityError
+from charpin_runner.interpret import EXIT_CODES
 from charpin_runner.receipt import Receipt
 
 from charpin_coordinator.receipts import load_receipt
@@ -48,6 +50,7 @@ class RunPlan:
     keep: bool
     runner: RunnerBundle
     repo_key: str
+    sandbox: str = "auto"  # the runner's --sandbox: auto, required or off
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,10 @@ def run_box(target: BoxTarget, plan: RunPlan, phase: Phase, stop: threading.Even
     box: Transport | None = None
     try:
         phase(target.label, "connect")
+        # One deadline per box, counted from before the connection: every step shares it.
+        ends = time.monotonic() + float(target.timeout or plan.timeout)
         box = target.connect()
-        _Pipeline(box, target, plan, phase, stop, out).run()
+        _Pipeline(box, target, plan, phase, stop, out, ends).run()
     except StepError as exc:
         out.not_evaluated = _not_evaluated(target.label, exc.kind, exc.reason)
     except Exception as exc:
@@ -120,6 +125,7 @@ class _Pipeline:
         phase: Phase,
         stop: threading.Event,
         out: BoxOutcome,
+        ends: float,
     ):
         self.box, self.target, self.plan, self.phase, self.stop, self.out = (
             box,
@@ -130,10 +136,15 @@ class _Pipeline:
             out,
         )
         self.python = target.python
-        # One deadline per box, counted from its start: setup and the tests share it.
-        self.ends = time.monotonic() + float(target.timeout or plan.timeout)
+        self.ends = ends
+        # Caches the untrusted test command could have written; removed unless a sealed
+        # receipt says the runner watched them through the whole run.
+        self.caches: list[str] = []
+        self.launched = False
         self.killed_at_deadline = False
         self.paths: dict[str, str] = {}
+        # Fresh per box and run; travels on the launcher's stdin, never in argv.
+        self.seal_key = seal.new_key()
 
     def run(self) -> None:
         prep = self._prepare()
@@ -149,8 +160,15 @@ class _Pipeline:
             self.phase(self.target.label, "fetch")
             self._fetch()
         finally:
-            if not self.plan.keep:
-                self._step([self.python, "-I", "-c", CLEAN, self.paths["run"]], "cleaning up")
+            # The test command started but no sealed receipt vouches for the caches after it.
+            discard = self.caches if self.launched and self.out.receipt is None else []
+            if discard or not self.plan.keep:
+                run_folder = "" if self.plan.keep else self.paths["run"]
+                self._step(
+                    [self.python, "-I", "-c", CLEAN, run_folder, *discard],
+                    "cleaning up",
+                    timeout=_STEP_TIMEOUT,
+                )
 
     def _prepare(self) -> dict[str, Any]:
         setup = self._setup_commands()
@@ -171,15 +189,29 @@ class _Pipeline:
                 self.plan.snap.commit,
                 str(snapshot.MAX_HAVES),
             ],
-            timeout=_STEP_TIMEOUT,
+            timeout=self._step_timeout(),
             stdin=json.dumps(dict(self.plan.config_table)).encode(),
         )
+        if done.timed_out:
+            raise StepError(
+                "timeout",
+                f"{self.target.label}: {self.python} did not answer within the box's "
+                f"{float(self.target.timeout or self.plan.timeout):g}s deadline; check the box "
+                "or raise --timeout / the host's timeout",
+            )
         if done.returncode != 0 or not done.stdout.strip():
             raise StepError("unsupported-box", _unsupported(self.target, done.stderr))
         prep: dict[str, Any] = json.loads(done.stdout)
         if prep.get("problem"):
             raise StepError("unsupported-box", f"{self.target.label}: {prep['problem']}")
+        if self.plan.sandbox == "required" and not prep.get("bwrap"):
+            raise StepError(
+                "no-sandbox",
+                f"{self.target.label}: --sandbox required, but the box has no bubblewrap; "
+                "install it there (apt-get install bubblewrap) or use --sandbox auto",
+            )
         self.paths = {k: str(v) for k, v in prep["paths"].items()}
+        self.caches.append(self.paths["cache_repo"])
         return prep
 
     def _ship(self, prep: dict[str, Any]) -> str | None:
@@ -199,6 +231,8 @@ class _Pipeline:
                 bundle_sha256=bundle.sha256 if bundle else None,
                 commit=snap.commit,
                 dest=self.paths["src"],
+                tree=snap.tree,
+                runner=self.paths["runner"],
             )
             snapshot.check_identity(snap, got, self.target.label)
         except IntegrityError as exc:
@@ -234,11 +268,21 @@ class _Pipeline:
             ],
             timeout=self._deadline() + 30,
         )
-        if done.returncode != 0 or done.timed_out:
+        if done.timed_out:
+            raise StepError(
+                "timeout", f"{self.target.label}: setup ran past the box deadline: {_tail(done.stderr)}"
+            )
+        if done.returncode != 0:
             raise StepError(
                 "setup-failed", f"{self.target.label}: setup failed: {_tail(done.stderr)}"
             )
-        return str(json.loads(done.stdout)["python"])
+        made = json.loads(done.stdout)
+        self.caches.append(str(made["venv"]))
+        return str(made["python"])
+
+    def _step_timeout(self) -> float:
+        """A short step's limit: its own cap, never past the box's deadline."""
+        return max(1.0, min(_STEP_TIMEOUT, self.ends - time.monotonic()))
 
     def _deadline(self) -> float:
         """Seconds left of this box's one deadline (setup and tests share it)."""
@@ -264,8 +308,16 @@ class _Pipeline:
             self.plan.snap.commit,
             "--timeout",
             str(self._deadline()),
+            "--seal-stdin",
+            "--sandbox",
+            self.plan.sandbox,
+            "--protect",
+            p["runner"],
             "-q",
         ]
+        # Caches later runs read: watched through the run, removed by the runner if changed.
+        for cache in self.caches:
+            argv += ["--disposable", cache]
         if sha:
             argv += ["--snapshot-sha256", sha]
         fingerprint = getattr(self.box, "host_key_fingerprint", None)
@@ -285,7 +337,9 @@ class _Pipeline:
             self.paths["run"],
             *self._receipt_argv(python, sha),
         ]
-        done = self._step(launch, "starting the runner", stdin=json.dumps(env).encode())
+        given = {"env": env, "key": self.seal_key}
+        done = self._step(launch, "starting the runner", stdin=json.dumps(given).encode())
+        self.launched = True
         pid = int(done.stdout.strip())
         ends = self.ends + GRACE_SECONDS
         while not self._finished(pid):
@@ -328,8 +382,14 @@ class _Pipeline:
                     f"{_tail(self.out.stderr)}"
                 )
             raise StepError(kind, f"{self.target.label}: {why}") from exc
+        try:
+            sealed = self.box.get(self.paths["receipt"] + seal.SEAL_SUFFIX, max_bytes=seal.MAX_SEAL_BYTES)
+        except (IntegrityError, OSError):
+            sealed = b""
         self.out.raw_receipt = raw
-        self.out.receipt = _decode(raw, self.target.label)
+        self.out.receipt = decode_sealed(
+            raw, sealed, key=self.seal_key, run_id=self.plan.run_id, label=self.target.label
+        )
 
     def _get_log(self, name: str) -> bytes:
         try:
@@ -372,10 +432,33 @@ class _Pipeline:
             raise StepError("interrupted", f"{self.target.label}: interrupted before the tests ran")
 
 
-def _decode(raw: bytes, label: str) -> Receipt:
-    """The one place receipts are decoded: strictly, as untrusted input."""
+def decode_sealed(
+    raw: bytes, sealed: bytes, *, key: str, run_id: str, label: str, exit_code: int | None = None
+) -> Receipt:
+    """The one place a box's receipt is accepted: its seal checked against this run's key (so
+    the test command cannot have planted it), then decoded strictly as untrusted input, then its
+    exit status reconciled with the one the runner sealed (and, where the coordinator saw the
+    runner's process end, with that too)."""
+    source = f"{label}:receipt.json"
     try:
-        return load_receipt(raw, source=f"{label}:receipt.json", max_bytes=MAX_RECEIPT_BYTES)
+        if not sealed:
+            raise IntegrityError(
+                f"{source} has no seal: the runner did not finish writing it (something created "
+                "the receipt path during the run, or the runner was killed); the receipt is refused"
+            )
+        code = seal.check(key, run_id, raw, sealed, source)
+        if exit_code is not None and exit_code != code:
+            raise IntegrityError(
+                f"{source}: the runner exited {exit_code} but sealed {code}; the receipt is refused"
+            )
+        receipt = load_receipt(raw, source=source, max_bytes=MAX_RECEIPT_BYTES)
+        expected = EXIT_CODES[receipt.exit.interpretation]
+        if code not in (expected, expected | 2, EXIT_INTERRUPTED):
+            raise IntegrityError(
+                f"{source}: the runner sealed exit {code}, which does not match its "
+                f"interpretation {receipt.exit.interpretation!r}; the receipt is refused"
+            )
+        return receipt
     except IntegrityError as exc:
         raise StepError("receipt-refused", str(exc)) from exc
 

@@ -47,7 +47,7 @@ with open(paths["config"], "wb") as handle:
     handle.write(config)
 has, haves = box_haves(paths["cache_repo"], commit, int(limit))
 report(paths=paths, runner_sha256=sha, has_pytest=importlib.util.find_spec("pytest") is not None,
-       python=sys.version.split()[0], has=has, haves=haves)
+       python=sys.version.split()[0], has=has, haves=haves, bwrap=shutil.which("bwrap") is not None)
 """
 )
 
@@ -81,20 +81,24 @@ with open(venv + ".lock", "w") as lock:
                 sys.stderr.write(done.stdout.decode("utf-8", "replace")[-2000:])
                 sys.exit("setup command %r exited %d" % (command, done.returncode))
         open(os.path.join(venv, ".ok"), "w").close()
-print(json.dumps({"python": python, "cached": cached}))
+print(json.dumps({"python": python, "venv": venv, "cached": cached}))
 """
 
 LAUNCH = r"""
 import json, os, subprocess, sys
-# The allow-listed variables arrive on stdin: values never appear in argv (ps, sshd logs).
+# The allow-listed variables and the receipt's seal key arrive on stdin: values never appear in
+# argv (ps, sshd logs, /proc/PID/cmdline of a test that looks at its parents).
 run, argv = sys.argv[1], sys.argv[2:]
-extra = json.loads(sys.stdin.buffer.read() or b"[]")
+given = json.loads(sys.stdin.buffer.read() or b"{}")
 env = dict(os.environ)
-env.update(item.split("=", 1) for item in extra)
+env.update(item.split("=", 1) for item in given.get("env", []))
 with open(os.path.join(run, "stdout.log"), "wb") as out, \
         open(os.path.join(run, "stderr.log"), "wb") as err:
-    proc = subprocess.Popen(argv, cwd=os.path.join(run, "src"), env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(argv, cwd=os.path.join(run, "src"), env=env, stdin=subprocess.PIPE,
                             stdout=out, stderr=err, start_new_session=True)
+# The runner reads this one line first thing and closes its input; the pipe holds it meanwhile.
+proc.stdin.write(given.get("key", "").encode() + b"\n")
+proc.stdin.close()
 with open(os.path.join(run, "pid"), "w") as handle:
     handle.write(str(proc.pid))
 print(proc.pid)
@@ -160,12 +164,17 @@ if run:
 
 CLEAN = r"""
 import os, shutil, sys
-run = sys.argv[1]
-shutil.rmtree(run, ignore_errors=True)
-try:
-    os.rmdir(os.path.dirname(run))  # runs/<run-id>, once the last box of this run is gone
-except OSError:
-    pass
+run, discard = sys.argv[1], sys.argv[2:]
+# Caches an unverified run may have written (no sealed receipt came back): the next run
+# rebuilds them rather than trusting them.
+for path in discard:
+    shutil.rmtree(path, ignore_errors=True)
+if run:
+    shutil.rmtree(run, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(run))  # runs/<run-id>, once the last box of this run is gone
+    except OSError:
+        pass
 """
 
 TAIL = r"""

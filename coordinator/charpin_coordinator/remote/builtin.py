@@ -23,17 +23,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import charpin_runner
-from charpin_runner.errors import IntegrityError
+from charpin_runner import seal
 
-from charpin_coordinator.receipts import load_receipt
 from charpin_coordinator.remote.boxrun import (
     GRACE_SECONDS,
-    MAX_RECEIPT_BYTES,
     TERM_WAIT_SECONDS,
     BoxOutcome,
     BoxTarget,
     Phase,
     RunPlan,
+    StepError,
+    decode_sealed,
 )
 from charpin_coordinator.remote.transport import LocalTransport
 from charpin_coordinator.report import NotEvaluated
@@ -136,34 +136,47 @@ def run_local(
             plan.snap.commit,
             "--timeout",
             str(deadline),
+            "--seal-stdin",
+            "--sandbox",
+            plan.sandbox,
             "-q",
         ]
-        out.interrupted = _run_detached(argv, work, deadline + GRACE_SECONDS, stop)
+        key = seal.new_key()
+        out.interrupted, code = _run_detached(argv, work, deadline + GRACE_SECONDS, stop, key)
         phase(label, "fetch")
         out.stdout = (work / "stdout.log").read_bytes()
         out.stderr = (work / "stderr.log").read_bytes()
-        _read_receipt(out, work / "receipt.json")
+        _read_receipt(out, work / "receipt.json", key=key, run_id=plan.run_id, exit_code=code)
     phase(label, "done" if out.not_evaluated is None else "not evaluated")
     return out
 
 
-def _run_detached(argv: list[str], work: Path, limit: float, stop: threading.Event) -> bool:
-    """Run argv in its own session; on stop or deadline kill its group. True if stopped."""
+def _run_detached(
+    argv: list[str], work: Path, limit: float, stop: threading.Event, key: str
+) -> tuple[bool, int | None]:
+    """Run argv in its own session, its seal key on stdin; on stop or deadline kill its group.
+    Returns (stopped, the runner's exit status when it ended by itself)."""
     env = dict(os.environ)
     # The runner this coordinator imports, even when it is not installed (a source checkout).
     runner_root = str(Path(charpin_runner.__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [runner_root, env.get("PYTHONPATH")]))
     with (work / "stdout.log").open("wb") as so, (work / "stderr.log").open("wb") as se:
         proc = subprocess.Popen(
-            argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            argv, stdout=so, stderr=se, stdin=subprocess.PIPE, env=env, start_new_session=True
         )
+    assert proc.stdin is not None
+    with proc.stdin:
+        try:
+            proc.stdin.write(key.encode() + b"\n")
+        except BrokenPipeError:
+            pass  # the runner died at once; its missing seal says so
     ends = time.monotonic() + limit
     while proc.poll() is None:
         if stop.is_set() or time.monotonic() > ends:
             _stop_group(proc)
-            return stop.is_set()
+            return stop.is_set(), None
         stop.wait(0.05)
-    return False
+    return False, proc.returncode
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
@@ -184,7 +197,9 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _read_receipt(out: BoxOutcome, path: Path) -> None:
+def _read_receipt(
+    out: BoxOutcome, path: Path, *, key: str, run_id: str, exit_code: int | None
+) -> None:
     if not path.is_file():
         tail = " | ".join(out.stderr.decode("utf-8", "replace").strip().splitlines()[-6:])
         out.not_evaluated = NotEvaluated(
@@ -194,10 +209,12 @@ def _read_receipt(out: BoxOutcome, path: Path) -> None:
         )
         return
     raw = path.read_bytes()
+    sealed_path = path.with_name(path.name + seal.SEAL_SUFFIX)
+    sealed = sealed_path.read_bytes() if sealed_path.is_file() else b""
     out.raw_receipt = raw
     try:
-        out.receipt = load_receipt(
-            raw, source=f"{out.label}:receipt.json", max_bytes=MAX_RECEIPT_BYTES
+        out.receipt = decode_sealed(
+            raw, sealed, key=key, run_id=run_id, label=out.label, exit_code=exit_code
         )
-    except IntegrityError as exc:
-        out.not_evaluated = NotEvaluated(label=out.label, kind="receipt-refused", reason=str(exc))
+    except StepError as exc:
+        out.not_evaluated = NotEvaluated(label=out.label, kind="receipt-refused", reason=exc.reason)

@@ -42,7 +42,7 @@ from charpin_coordinator.remote.hosts import (
 from charpin_coordinator.remote.junit import to_junit
 from charpin_coordinator.remote.orchestrate import FanOut, Job, run_all
 from charpin_coordinator.render import encode_json, render_markdown, render_text
-from charpin_coordinator.report import DriftReport, NotEvaluated
+from charpin_coordinator.report import DriftReport, NotEvaluated, map_strings
 
 DEFAULT_HOSTS = "local,clean"
 DEFAULT_TIMEOUT = 1800.0
@@ -113,6 +113,13 @@ def _add_run(sub: Any) -> None:
         help="trust unknown host keys; the fingerprint is recorded in the receipt",
     )
     add("--keep", action="store_true", help="keep remote run folders and the clean box")
+    add(
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        default="auto",
+        help="run the tests under bubblewrap with caches and the runner read-only: auto (where "
+        "bwrap works; the default), required (a box without it is not evaluated), off",
+    )
     add("--baseline", metavar="LABEL", help="box to compare against (default: the first)")
     add("--json", action="store_true", help="print the drift report as JSON")
     add("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown")
@@ -156,6 +163,7 @@ def run_remote(args: argparse.Namespace) -> int:
         keep=args.keep,
         runner=runner_bundle(),
         repo_key=snapshot.repo_key(repo),
+        sandbox=args.sandbox,
     )
     folders = results.safe_folders(names)
     jobs = [
@@ -170,7 +178,9 @@ def run_remote(args: argparse.Namespace) -> int:
     redactor = Redactor.from_env(os.environ)
     for outcome in fan.outcomes:
         _redact_outcome(outcome, redactor)
-    report = _report(fan, baseline=args.baseline, commit=snap.commit)
+    # Masked value by value before anything is encoded: a secret holding `"`, `|` or `<` is no
+    # longer itself once JSON, Markdown or XML has escaped it.
+    report = map_strings(_report(fan, baseline=args.baseline, commit=snap.commit), redactor.text)
     folder = results.write_run(
         out_dir,
         run_id,
@@ -290,18 +300,21 @@ def _redact_outcome(outcome: BoxOutcome, redactor: Redactor) -> None:
             label=ne.label, kind=ne.kind, reason=redactor.text(ne.reason)
         )
     raw = outcome.raw_receipt
-    if raw is None or outcome.receipt is None:
+    if raw is None:
         return
-    masked = redactor.data(raw)
+    # The run folder keeps the receipt with its strings masked, encoded again.
+    masked = redactor.json_document(raw)
     if masked == raw:
         return
     outcome.raw_receipt = masked
+    if outcome.receipt is None:
+        return
     try:
         outcome.receipt = load_receipt(
             masked, source=f"{outcome.label}:receipt.json", max_bytes=MAX_RECEIPT_BYTES
         )
     except IntegrityError:
-        pass  # keep the decoded original; every rendered output is masked again below
+        pass  # keep the decoded original; the report built from it is masked value by value
 
 
 def _emit(args: argparse.Namespace, report: DriftReport, folder: Path, redactor: Redactor) -> None:

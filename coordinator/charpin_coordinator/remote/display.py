@@ -17,6 +17,13 @@ from typing import IO, TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.table import Table
 
+# An alias with ESC or a newline must not repaint the terminal (shown as \xNN, as in reports).
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def _shown(label: str) -> str:
+    return label.translate(_CONTROLS)
+
 
 class Progress:
     """Thread-safe phase tracker; subclasses decide how a change is shown."""
@@ -67,7 +74,7 @@ class PlainProgress(Progress):
         self._stream = stream or sys.stderr
 
     def _show(self, label: str, name: str, elapsed: float) -> None:
-        print(f"[{label}] {name} ({elapsed:.1f}s)", file=self._stream, flush=True)
+        print(f"[{_shown(label)}] {name} ({elapsed:.1f}s)", file=self._stream, flush=True)
 
 
 class LiveProgress(Progress):
@@ -93,9 +100,12 @@ class LiveProgress(Progress):
         table.add_column("box")
         table.add_column("phase")
         table.add_column("elapsed", justify="right")
+        from rich.text import Text
+
         for label, name, elapsed in self.rows():
             style = {"done": "green", "not evaluated": "red"}.get(name, "")
-            table.add_row(label, name, f"{elapsed:.1f}s", style=style)
+            # Text, not str: rich would read `[...]` in an alias as markup.
+            table.add_row(Text(_shown(label)), Text(name), Text(f"{elapsed:.1f}s"), style=style)
         return table
 
     def __enter__(self) -> Progress:

@@ -113,8 +113,11 @@ def install(
     bundle_sha256: str | None,
     commit: str,
     dest: str,
+    tree: str,
+    runner: str,
 ) -> CheckedOut:
-    """On the box: verify and fetch the bundle (if one was sent), then check commit out at dest."""
+    """On the box: verify and fetch the bundle (if one was sent), check commit out at dest, and
+    verify the checked-out files against tree (computed here, from the trusted repository)."""
     argv = [
         python,
         "-I",
@@ -126,6 +129,8 @@ def install(
         commit,
         dest,
         BUNDLE_REF,
+        tree,
+        runner,
     ]
     done = box.run(argv, timeout=_BOX_TIMEOUT)
     if done.returncode != 0:
@@ -214,12 +219,25 @@ print(json.dumps({"has": has, "haves": haves}))
 
 _BOX_INSTALL = r"""
 import hashlib, json, os, shutil, subprocess, sys
-cache, bundle, want_sha, commit, dest, ref = sys.argv[1:7]
+cache, bundle, want_sha, commit, dest, ref, tree, runner = sys.argv[1:9]
+# The cache repository outlives runs of untrusted tests: its config, hooks and attributes are
+# never read (a test could have planted a hook or an fsmonitor there).
+env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1",
+           GIT_TERMINAL_PROMPT="0")
+safe = ["-c", "core.hooksPath=" + os.devnull, "-c", "core.fsmonitor=false",
+        "-c", "core.attributesFile=" + os.devnull]
 def git(*args):
-    done = subprocess.run(["git", *args], capture_output=True, text=True)
+    done = subprocess.run(["git", *safe, *args], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit("git %s failed: %s" % (" ".join(args[:3]), done.stderr.strip()))
     return done.stdout.strip()
+if os.path.isdir(cache):
+    with open(os.path.join(cache, "config"), "w") as handle:
+        handle.write("[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n")
+    for extra in ("objects/info/alternates", "info/attributes"):
+        if os.path.lexists(os.path.join(cache, extra)):
+            os.unlink(os.path.join(cache, extra))
 if not os.path.isdir(cache):
     os.makedirs(os.path.dirname(cache), exist_ok=True)
     tmp = cache + ".tmp-%d" % os.getpid()
@@ -240,6 +258,12 @@ if bundle:
     os.unlink(bundle)
 git("clone", "-q", "--shared", "--no-checkout", cache, dest)
 git("-C", dest, "checkout", "-q", "--detach", commit)
+# Objects are read, never re-hashed, by git: the files themselves are checked against the tree.
+check = subprocess.run([sys.executable, "-I", runner, "box", "verify-checkout", dest, tree],
+                       capture_output=True, text=True)
+if check.returncode != 0:
+    shutil.rmtree(cache, ignore_errors=True)  # the next run ships a full bundle
+    sys.exit(check.stderr.strip() or "the checkout could not be verified")
 print(json.dumps({"head": git("-C", dest, "rev-parse", "HEAD"),
                   "tree": git("-C", dest, "rev-parse", "HEAD^{tree}")}))
 """

@@ -1,7 +1,7 @@
 """Coordinator side. The only module that talks to fabric and paramiko over the network.
 
 SshTransport wraps fabric's Connection and fixes what fabric leaves unsafe: host keys are checked
-against known_hosts (fabric hard-codes AutoAddPolicy), agent forwarding is off (the agent may
+against known_hosts by hostkeys.py (fabric hard-codes AutoAddPolicy), agent forwarding is off (the agent may
 authenticate this connection, never the box's onward ones), no environment
 crosses as SSH env requests, every timeout is set, and command output is drained concurrently with
 a deadline (paramiko deadlocks when a channel's output is not read). Foreign exceptions become one
@@ -11,7 +11,6 @@ BoxError line at the boundary (map_ssh_errors).
 from __future__ import annotations
 
 import logging
-import os
 import select
 import shlex
 import socket
@@ -19,7 +18,6 @@ import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Final
 
 import paramiko
@@ -27,6 +25,12 @@ from charpin_runner.errors import IntegrityError, UsageError
 from fabric import Config, Connection
 from paramiko.ssh_exception import NoValidConnectionsError
 
+from charpin_coordinator.remote.hostkeys import (
+    HostKeyRefused,
+    HostKeyVerifier,
+    StrictClient,
+    fingerprint,
+)
 from charpin_coordinator.remote.hosts import BoxError, HostSpec, is_secret_name
 from charpin_coordinator.remote.transport import Completed, TransferStats
 
@@ -46,135 +50,15 @@ _CHUNK: Final = 32768
 _WRAPPER: Final = "printf '%s\\n' \"$$\"; "
 
 
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint of a public key (SHA256:base64, no padding)."""
-    return str(key.fingerprint)
-
-
-class HostKeyUnknown(paramiko.SSHException):
-    """The server's key is in none of the known_hosts files and --accept-new was not given."""
-
-    def __init__(self, endpoint: str, key: paramiko.PKey, files: Sequence[str]):
-        super().__init__(f"host key for {endpoint} is unknown")
-        self.endpoint = endpoint
-        self.key = key
-        self.files = tuple(files)
-
-
-class _StrictPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys; with accept_new, append them to the first user known_hosts file."""
-
-    def __init__(self, spec: HostSpec, *, accept_new: bool):
-        self.spec = spec
-        self.accept_new = accept_new
-        self.accepted: str | None = None
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        if not self.accept_new:
-            raise HostKeyUnknown(hostname, key, self.spec.known_hosts_files)
-        if not self.spec.user_known_hosts:
-            raise HostKeyUnknown(hostname, key, ())
-        _append_known_host(Path(self.spec.user_known_hosts[0]), hostname, key)
-        self.accepted = fingerprint(key)
-
-
-class HostKeyChanged(paramiko.BadHostKeyException):
-    """The server's key differs from the one known_hosts holds for this endpoint."""
-
-    def __init__(
-        self, endpoint: str, got: paramiko.PKey, expected: paramiko.PKey, files: Sequence[str]
-    ):
-        super().__init__(endpoint, got, expected)
-        self.endpoint = endpoint
-        self.files = tuple(files)
-
-
-class _StrictClient(paramiko.SSHClient):
-    """SSHClient that knows its endpoint, so a changed key names `[host]:port`, not just host."""
-
-    def __init__(self, spec: HostSpec, policy: _StrictPolicy):
-        super().__init__()
-        self.spec = spec
-        self.set_missing_host_key_policy(policy)
-        for name in spec.known_hosts_files:
-            if Path(name).is_file():
-                # "system" keys are never written back by paramiko, unlike load_host_keys()
-                self.load_system_host_keys(name)
-
-    def connect(self, hostname: str, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().connect(hostname, *args, **kwargs)
-        except HostKeyChanged:
-            raise
-        except paramiko.BadHostKeyException as exc:
-            raise HostKeyChanged(
-                self.spec.endpoint, exc.key, exc.expected_key, self.spec.known_hosts_files
-            ) from exc
-
-
-def _append_known_host(path: Path, endpoint: str, key: paramiko.PKey) -> None:
-    # Append one line ourselves: paramiko's save_host_keys would rewrite the whole file and
-    # drop comments, hashed entries and markers it does not understand.
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    with os.fdopen(fd, "ab") as handle:
-        if handle.tell() > 0:
-            with path.open("rb") as check:
-                check.seek(-1, os.SEEK_END)
-                if check.read(1) != b"\n":
-                    handle.write(b"\n")
-        handle.write(f"{endpoint} {key.get_name()} {key.get_base64()}\n".encode())
-
-
-def _key_file_holding(endpoint: str, files: Sequence[str]) -> list[str]:
-    holders = []
-    for name in files:
-        try:
-            keys = paramiko.HostKeys(name)
-        except OSError:
-            continue
-        if keys.lookup(endpoint):
-            holders.append(name)
-    return holders
-
-
 @contextmanager
-def map_ssh_errors(host: str, *, files: Sequence[str] = ()) -> Iterator[None]:
+def map_ssh_errors(host: str) -> Iterator[None]:
     """Turn socket/paramiko exceptions into one-line BoxErrors naming host and fix."""
     try:
         yield
     except BoxError:
         raise
-    except HostKeyUnknown as exc:
-        where = ", ".join(exc.files) or "no known_hosts file is configured"
-        raise BoxError(
-            host,
-            "host-key",
-            f"host key for {exc.endpoint} is not in known_hosts ({where}); fingerprint "
-            f"{fingerprint(exc.key)}; verify it, then add it or rerun with --accept-new",
-        ) from exc
-    except paramiko.BadHostKeyException as exc:
-        endpoint = getattr(exc, "endpoint", exc.hostname)
-        files = getattr(exc, "files", files)
-        holders = _key_file_holding(endpoint, files)
-        where = ", ".join(holders or files)
-        # ssh-keygen -R edits ~/.ssh/known_hosts unless told which file holds the old key.
-        remove = (
-            " && ".join(
-                f"ssh-keygen -R {shlex.quote(endpoint)} -f {shlex.quote(name)}"
-                for name in holders or files[:1]
-            )
-            or f"ssh-keygen -R {shlex.quote(endpoint)}"
-        )
-        raise BoxError(
-            host,
-            "host-key",
-            f"host key CHANGED for {endpoint}: expected {fingerprint(exc.expected_key)}, "
-            f"got {fingerprint(exc.key)} ({where}); refusing: if the change is expected, "
-            f"remove the old line ({remove})",
-        ) from exc
+    except HostKeyRefused as exc:
+        raise BoxError(host, "host-key", exc.explain()) from exc
     except paramiko.AuthenticationException as exc:
         raise BoxError(
             host,
@@ -258,16 +142,18 @@ class SshTransport:
         self.retry_delays = tuple(retry_delays)
         self.host_key_fingerprint: str | None = None
         self.host_key_accepted_new = False
+        # lines of the known_hosts files that were skipped (@cert-authority, malformed)
+        self.host_key_notes: tuple[str, ...] = ()
         self.connect_attempts = 0
         self._conn: Any = None  # fabric.Connection (untyped)
-        self._policy: _StrictPolicy | None = None
+        self._policy: HostKeyVerifier | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_missing = False
         self._home: str | None = None
 
     # -- connection -------------------------------------------------------------------------
 
-    def _connection(self, spec: HostSpec, gateway: Any) -> tuple[Any, _StrictPolicy]:
+    def _connection(self, spec: HostSpec, gateway: Any) -> tuple[Any, HostKeyVerifier]:
         """A fabric Connection with our policy, keys and timeouts; no config files read."""
         # lazy=True and an empty SSHConfig: fabric must not read ~/.fabric.yml or ssh_config
         # behind our back; hosts.py already resolved everything explicitly.
@@ -297,11 +183,11 @@ class SshTransport:
         )
         # fabric installs AutoAddPolicy in Connection.__init__ (fabric#1804); replace the client
         # with one that refuses unknown keys and checks every known_hosts file of the spec.
-        policy = _StrictPolicy(spec, accept_new=self.accept_new)
-        conn.client = _StrictClient(spec, policy)
+        policy = HostKeyVerifier(spec, accept_new=self.accept_new)
+        conn.client = StrictClient(policy)
         return conn, policy
 
-    def _chain(self, spec: HostSpec) -> tuple[Any, _StrictPolicy]:
+    def _chain(self, spec: HostSpec) -> tuple[Any, HostKeyVerifier]:
         gateway = None
         for index, hop in enumerate(spec.proxy_jump):
             # the first hop may have its own ProxyJump; later hops go through the previous one
@@ -317,6 +203,7 @@ class SshTransport:
         for delay in delays:
             self.connect_attempts += 1
             conn, policy = self._chain(self.spec)
+            self.host_key_notes = policy.known.notes
             try:
                 with map_ssh_errors(self.name):
                     _open(conn)

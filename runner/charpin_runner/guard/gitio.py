@@ -15,10 +15,13 @@ INDEX = ":"  # pseudo revision: the staged version of a file (`git show :path`)
 _TIMEOUT = 120.0
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def _git(
+    repo: Path, *args: str, check: bool = True, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     try:
         done = subprocess.run(
             ["git", "-C", str(repo), *args],
+            input=stdin if stdin is not None else b"",
             capture_output=True,
             timeout=_TIMEOUT,
             check=False,
@@ -100,6 +103,43 @@ def show(repo: Path, rev: str, path: str) -> bytes | None:
     spec = f":{path}" if rev == INDEX else f"{rev}:{path}"
     done = _git(repo, "show", spec, check=False)
     return done.stdout if done.returncode == 0 else None
+
+
+_SYMLINK_MODE = "120000"
+
+
+def symlinks(repo: Path, rev: str) -> dict[str, str]:
+    """Every symlink in rev's tree (INDEX: the staged tree) -> its stored target."""
+    if rev == INDEX:
+        out = _git(repo, "ls-files", "-s", "-z").stdout  # MODE OID STAGE TAB PATH
+    else:
+        out = _git(repo, "ls-tree", "-r", "-z", "--full-tree", rev).stdout  # MODE TYPE OID TAB PATH
+    oids: dict[str, str] = {}
+    for entry in out.decode("utf-8", "surrogateescape").split("\0"):
+        meta, tab, path = entry.partition("\t")
+        fields = meta.split()
+        if tab and fields and fields[0] == _SYMLINK_MODE:
+            oids[path] = fields[1] if rev == INDEX else fields[2]
+    if not oids:
+        return {}
+    blobs = _blobs(repo, sorted(set(oids.values())))
+    return {path: blobs[oid].decode("utf-8", "surrogateescape") for path, oid in oids.items()}
+
+
+def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
+    """Contents of blobs in one `cat-file --batch` (no filters, so nothing the repo set runs)."""
+    out = _git(repo, "cat-file", "--batch", stdin="".join(o + "\n" for o in oids).encode()).stdout
+    found: dict[str, bytes] = {}
+    pos = 0
+    for oid in oids:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].decode("ascii", "replace").split()
+        if len(header) != 3 or header[1] != "blob":
+            raise UsageError(f"git cat-file could not read symlink blob {oid} in {repo}")
+        size = int(header[2])
+        found[oid] = out[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
+    return found
 
 
 def hooks_dir(repo: Path) -> Path:

@@ -2,10 +2,11 @@
 
 Protected: the pins file, the case and golden folders, the ledger, the inventory file (paths from
 `[tool.charpin]`, defaults otherwise) and the `[tool.charpin]` table of pyproject.toml.
-Production code: every other changed path except documentation (`*.md`, `*.rst`, `docs/`, `doc/`,
-`CHANGELOG*`, `LICENSE*`, `COPYING*`). Tests are code: a test edited in the same commit as a pin
-rewrite is the same "make the red go away" smell. pyproject.toml outside `[tool.charpin]` is code
-too (dependencies and scripts change what runs).
+Production code: every other changed path except documentation (files under the top-level
+`docs/` and `doc/` folders, and README, LICENSE, CHANGELOG, COPYING, NEWS and similar files at the
+top level or in those folders, with no extension or .md, .rst or .txt). Tests are code: a test
+edited in the same commit as a pin rewrite is the same "make the red go away" smell.
+pyproject.toml outside `[tool.charpin]` is code too (dependencies and scripts change what runs).
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from charpin_runner.errors import ConfigError
 
 PYPROJECT = "pyproject.toml"
 TABLE_LABEL = "pyproject.toml [tool.charpin]"
-_DOC_SUFFIXES = (".md", ".rst")
 _DOC_DIRS = ("docs/", "doc/")
-_DOC_PREFIXES = ("CHANGELOG", "LICENSE", "COPYING")
+# A name, not a prefix: `billing/license_fees.py`, `changelog_parser.py` and `LICENSE.py` are code.
+# Variants (`LICENSE-MIT`, `README-zh.md`) only where they are a convention.
+_DOC_NAME = re.compile(
+    r"((readme|licen[cs]e|copying)(-[a-z0-9]+)?"
+    r"|changelog|changes|news|history|authors|contributors|contributing|notice|security"
+    r"|code_of_conduct)(\.(md|rst|txt))?",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,13 @@ class Protected:
     folders: tuple[str, ...]
 
     def covers(self, path: str) -> bool:
-        return path in self.files or any(path.startswith(f + "/") for f in self.folders)
+        return self.entry_for(path) is not None
+
+    def entry_for(self, path: str) -> str | None:
+        """The protected file or folder that covers path, if any."""
+        if path in self.files:
+            return path
+        return next((f for f in self.folders if path.startswith(f + "/")), None)
 
     def merged(self, other: Protected) -> Protected:
         """Both versions' paths: moving the pins file is a change to protected paths too."""
@@ -56,13 +69,14 @@ def _norm(path: str) -> str:
 
 
 def is_doc(path: str) -> bool:
-    """Documentation never counts as production code."""
-    name = posixpath.basename(path)
-    return (
-        path.endswith(_DOC_SUFFIXES)
-        or path.startswith(_DOC_DIRS)
-        or name.upper().startswith(_DOC_PREFIXES)
-    )
+    """Documentation never counts as production code.
+
+    Anchored to where documentation lives: a `*.md` next to code may be a template or a test's
+    expected output, so only the top-level docs folders and well-known top-level files count.
+    """
+    if path.startswith(_DOC_DIRS):
+        return True
+    return "/" not in path and _DOC_NAME.fullmatch(path) is not None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,199 @@
+"""Keep the test command away from what later runs trust. Runs on boxes; stdlib only.
+
+Two layers, because a box may or may not have bubblewrap:
+
+* With `bwrap` (Linux, Debian package `bubblewrap`) the test command runs in a mount namespace
+  where the protected paths (the interpreter's environment, the runner, the box caches, the
+  folder the receipt goes to) are read-only, and in a PID namespace of its own: a process
+  cannot see its parents' command lines, and every process it starts, double-forked daemons
+  included, dies with the namespace.
+* Always, the parent takes a cheap stat snapshot (inode, size, mode, mtime and ctime: ctime
+  cannot be set back by an unprivileged process) of the protected paths before the run and
+  compares it after; a change is evidence against the run, and a protected path the coordinator
+  marked disposable (a cached venv, the cache repository) is removed so that no later run reads
+  it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from charpin_runner.errors import RunError, UsageError
+
+MODES = ("auto", "required", "off")
+# Above this many entries a protected tree is not walked again (it is still read-only under
+# bwrap); a venv has a few thousand files, the snapshot takes milliseconds.
+_MAX_ENTRIES = 200_000
+_probed: dict[str, bool] = {}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the parent protects for one run. Paths are absolute."""
+
+    mode: str = "auto"
+    protect: tuple[str, ...] = ()  # read-only in the sandbox; stat-checked after the run
+    disposable: tuple[str, ...] = ()  # subset of protect: removed when found changed
+    writable: tuple[str, ...] = ()  # stay writable even inside a protected or read-only path
+
+
+@dataclass
+class Guard:
+    """The state of one protected run: whether bwrap is used, and the before-snapshot."""
+
+    plan: Plan
+    used: bool
+    before: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise UsageError(f"--sandbox {mode!r} is not one of auto, required, off")
+    return mode
+
+
+def bwrap_works() -> bool:
+    """True when bwrap is installed and can create the namespaces here (probed once)."""
+    found = shutil.which("bwrap")
+    if found is None or not sys.platform.startswith("linux"):
+        return False
+    if found not in _probed:
+        try:
+            done = subprocess.run(
+                [found, "--dev-bind", "/", "/", "--unshare-pid", "--", "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=20,
+                check=False,
+            )
+            _probed[found] = done.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _probed[found] = False
+    return _probed[found]
+
+
+def begin(plan: Plan) -> Guard:
+    """Decide whether bwrap is used and snapshot the protected paths (before the run)."""
+    used = plan.mode != "off" and bwrap_works()
+    if plan.mode == "required" and not used:
+        raise RunError(
+            "--sandbox required but bubblewrap is not usable on this box; install it "
+            "(apt-get install bubblewrap) or run with --sandbox auto"
+        )
+    return Guard(plan=plan, used=used, before=snapshot(plan.protect))
+
+
+def wrap(guard: Guard, argv: list[str]) -> list[str]:
+    """argv run under bwrap with the plan's paths read-only, or argv itself."""
+    if not guard.used:
+        return argv
+    bwrap = shutil.which("bwrap") or "bwrap"
+    args = [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
+    for path in _existing(guard.plan.protect):
+        args += ["--ro-bind", path, path]
+    # Later mounts win: what must stay writable is bound again over a read-only parent.
+    for path in _existing(guard.plan.writable):
+        args += ["--bind", path, path]
+    return [*args, "--", *argv]
+
+
+def finish(guard: Guard) -> list[str]:
+    """After the run: one reason per protected path that changed; disposable ones removed."""
+    after = snapshot(guard.plan.protect)
+    changed = [
+        root
+        for root in guard.plan.protect
+        if before_of(guard.before, root) != before_of(after, root)
+    ]
+    reasons: list[str] = []
+    for root in changed:
+        what = _first_difference(guard.before, after, root)
+        if root in guard.plan.disposable:
+            _discard(root)
+            fate = "it was removed, so the next run rebuilds it"
+        else:
+            fate = "check it before trusting anything run from it again"
+        reasons.append(
+            f"the test command wrote into {root}, which later runs read ({what}); {fate}"
+        )
+    return reasons
+
+
+def before_of(snap: dict[str, tuple[int, ...]], root: str) -> dict[str, tuple[int, ...]]:
+    prefix = root.rstrip(os.sep) + os.sep
+    return {k: v for k, v in snap.items() if k == root or k.startswith(prefix)}
+
+
+def _first_difference(
+    before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]], root: str
+) -> str:
+    old, new = before_of(before, root), before_of(after, root)
+    for path in sorted(set(old) | set(new)):
+        if path not in old:
+            return f"{path} appeared"
+        if path not in new:
+            return f"{path} vanished"
+        if old[path] != new[path]:
+            return f"{path} changed"
+    return "changed"
+
+
+def snapshot(roots: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """path -> (inode, mode, size, mtime_ns, ctime_ns) for every entry under roots (no links
+    followed, `__pycache__` folders skipped); a root that does not exist is recorded as
+    missing."""
+    out: dict[str, tuple[int, ...]] = {}
+    for root in roots:
+        if not os.path.lexists(root):
+            out[root] = (-1,)
+            continue
+        _add(out, root)
+        if not os.path.isdir(root) or os.path.islink(root):
+            continue
+        for folder, dirs, files in os.walk(root):
+            # Interpreters write byte-code caches as they import (the coordinator's own
+            # lazy imports on `local`): not evidence. Under bwrap they are read-only anyway.
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in dirs + files:
+                _add(out, os.path.join(folder, name))
+            if len(out) > _MAX_ENTRIES:
+                return out
+    return out
+
+
+def _add(out: dict[str, tuple[int, ...]], path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        out[path] = (-1,)
+        return
+    if stat.S_ISDIR(st.st_mode):
+        # A folder's times move when a byte-code cache appears in it; its entries are
+        # compared one by one instead.
+        out[path] = (st.st_ino, st.st_mode)
+    else:
+        out[path] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _discard(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _existing(paths: tuple[str, ...]) -> list[str]:
+    seen: list[str] = []
+    for path in paths:
+        if os.path.exists(path) and path not in seen:
+            seen.append(path)
+    return seen

@@ -1,0 +1,58 @@
+"""Helpers for the hostile corpus: a repository with an attacking test, run on real boxes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from charpin_coordinator.cli import main
+
+from tests.conftest import make_repo
+from tests.sshd import SshBox
+
+BOX_KINDS = ["local", "clean", "ssh"]
+
+
+def repo_with(root: Path, files: dict[str, str], boxes: list[SshBox] = (), toml: str = "") -> Path:  # type: ignore[assignment]
+    """A committed repository; SSH boxes use this interpreter (it has pytest) as their python."""
+    hosts = "".join(
+        f'[tool.charpin.hosts.{json.dumps(b.alias)}]\npython = "{sys.executable}"\n' for b in boxes
+    )
+    return make_repo(root, {"tests/__init__.py": "", "pyproject.toml": toml + hosts, **files})
+
+
+def run(
+    repo: Path, hosts: str, *extra: str, ssh_config: Path | None = None, run_id: str = "r1"
+) -> tuple[int, dict[str, Any], Path]:
+    """`charpin-remote run` for real; (exit code, drift.json, run folder)."""
+    out = repo.parent / "runs"
+    argv = ["run", "--repo", str(repo), "--hosts", hosts, "--out", str(out), "--run-id", run_id]
+    argv += ["--json", "--timeout", "120", *extra]
+    if ssh_config is not None:
+        argv += ["--ssh-config", str(ssh_config)]
+    code = main(argv)
+    folder = out / run_id
+    return code, json.loads((folder / "drift.json").read_text()), folder
+
+
+def not_evaluated(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {n["label"]: n for n in report["not_evaluated"]}
+
+
+def gate(report: dict[str, Any], name: str, box: str) -> str:
+    for row in report["gates"]:
+        if row["gate"] == name and row["box"] == box:
+            return str(row["status"])
+    raise AssertionError(f"no {name} gate for {box}")
+
+
+def host_for(kind: str, sshd_factory: Any, tmp_path: Path) -> tuple[str, list[SshBox], Path | None]:
+    """(hosts value, sshd boxes, ssh_config) for one box kind of the corpus."""
+    if kind != "ssh":
+        return kind, [], None
+    box = sshd_factory(name="box", alias="box")
+    config = tmp_path / "ssh_config"
+    config.write_text(box.ssh_config.read_text())
+    return "box", [box], config

@@ -1,0 +1,469 @@
+"""Conftests that relabel a failure (as xfail, pass or "not counted") never get `ok` past the probe.
+
+Each attack runs in a real pytest subprocess (pytester) with the probe loaded; its record is read
+back and interpreted exactly as `charpin receipt` does. Pytest itself is fooled every time (exit
+status 0); the record must still say `failed` for the victim and the verdict must not be `ok`.
+The second half runs legitimate xfail, skip, unittest and xdist suites to show none is flagged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from charpin_runner.interpret import Ending, interpret
+from charpin_runner.probe import ProbeData, read_probe
+from charpin_runner.receipt import Exit
+
+from tests.conftest import make_repo
+from tests.runner.test_receipt_cmd import charpin, only_receipt
+
+PLUGIN = ("-p", "charpin_runner.plugin", "-p", "no:cacheprovider")
+SUITE = "def test_ok():\n    pass\n\ndef test_bad():\n    assert 0\n"
+BAD = "test_m.py::test_bad"
+# The attack from the issue: zero the failure count so pytest exits 0.
+ZERO_FAILURES = (
+    "@pytest.hookimpl(hookwrapper=True)\n"
+    "def pytest_runtestloop(session):\n"
+    "    yield\n"
+    "    session.testsfailed = 0\n"
+)
+RELABEL = {
+    "xfail": "        report.outcome = 'skipped'\n        report.wasxfail = 'forged'\n",
+    "pass": "        report.outcome = 'passed'\n        report.longrepr = None\n",
+    # Outcome left alone: pytest's session does not count a failed report carrying wasxfail.
+    "uncounted": "        report.wasxfail = 'forged'\n",
+}
+SHOWN = {"xfail": "xfailed", "pass": "passed", "uncounted": "failed+xfail"}
+
+
+@pytest.fixture(autouse=True)
+def _plain_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An outer xdist run must not make the inner pytest believe it is a worker.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run_probe(pytester: pytest.Pytester, *args: str) -> tuple[int, ProbeData, Exit]:
+    record = pytester.path / "probe.jsonl"
+    result = pytester.runpytest_subprocess(
+        *PLUGIN, f"--charpin-receipt={record}", *args, timeout=180
+    )
+    probe = read_probe(record)
+    return int(result.ret), probe, interpret(Ending(int(result.ret)), probe)
+
+
+def assert_caught(status: int, probe: ProbeData, verdict: Exit, victim: str = BAD) -> None:
+    assert status == 0  # the forgery works on pytest itself
+    assert probe.outcomes[victim] == "failed"  # what pytest's own machinery made of the test
+    assert victim in probe.failing
+    assert verdict.interpretation == "incomplete"
+    assert any(victim in reason for reason in verdict.reasons), verdict.reasons
+
+
+def logreport_relabel(order: str, how: str) -> str:
+    return (
+        "import pytest\n"
+        f"@pytest.hookimpl({order})\n"
+        "def pytest_runtest_logreport(report):\n"
+        "    if report.when == 'call' and report.failed:\n" + RELABEL[how] + ZERO_FAILURES
+    )
+
+
+@pytest.mark.parametrize("how", sorted(RELABEL))
+@pytest.mark.parametrize("order", ["tryfirst=True", "trylast=True", ""])
+def test_logreport_relabel_is_caught_before_or_after_the_probe(
+    pytester: pytest.Pytester, order: str, how: str
+) -> None:
+    pytester.makeconftest(logreport_relabel(order, how))
+    pytester.makepyfile(test_m=SUITE)
+    status, probe, verdict = run_probe(pytester)
+    assert_caught(status, probe, verdict)
+    assert probe.rewritten == [BAD]
+    # Before the probe's hook it sees the change; after it, the end-of-session check does.
+    late = "" if order == "tryfirst=True" else " after the probe recorded it"
+    assert f"rewritten from failed to {SHOWN[how]} by another hook{late}" in " ".join(probe.notes)
+    assert f"another hook rewrote the outcome of {BAD}" in verdict.reasons
+
+
+def test_zeroed_failure_count_alone_is_a_masked_failure(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("import pytest\n" + ZERO_FAILURES)
+    pytester.makepyfile(test_m=SUITE)
+    status, probe, verdict = run_probe(pytester)
+    assert_caught(status, probe, verdict)
+    assert probe.pytest_status == 0
+    assert probe.rewritten == []
+    assert verdict.reasons == [
+        f"exit status 0 but 1 test(s) failed or errored ({BAD}): the exit status was masked"
+    ]
+
+
+def test_exit_status_zeroed_in_sessionfinish_is_caught(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "import pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_sessionfinish(session):\n"
+        "    session.exitstatus = 0\n"
+    )
+    pytester.makepyfile(test_m=SUITE)
+    status, probe, verdict = run_probe(pytester)
+    assert_caught(status, probe, verdict)
+    assert probe.pytest_status == 1
+    assert verdict.reasons[0].startswith("pytest finished with status 1 but the process exited")
+
+
+def test_relabel_in_report_teststatus_is_caught(pytester: pytest.Pytester) -> None:
+    # The terminal reporter asks this hook for the category; it may also mutate the report.
+    pytester.makeconftest(
+        "import pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_report_teststatus(report, config):\n"
+        "    if report.when == 'call' and report.failed:\n"
+        "        report.outcome = 'skipped'\n"
+        "        report.wasxfail = 'forged'\n"
+        "        return 'xfailed', 'x', 'XFAIL'\n" + ZERO_FAILURES
+    )
+    pytester.makepyfile(test_m=SUITE)
+    status, probe, verdict = run_probe(pytester)
+    assert_caught(status, probe, verdict)
+    assert probe.rewritten == [BAD]
+
+
+def test_makereport_wrapper_inside_the_probes_is_caught(pytester: pytest.Pytester) -> None:
+    # A conftest below the rootdir loads during collection, after the probe registered, so its
+    # trylast wrapper runs inside the probe's "innermost" one: the raised exception still shows.
+    pytester.mkpydir("sub")
+    (pytester.path / "sub" / "conftest.py").write_text(
+        "import pytest\n"
+        "@pytest.hookimpl(hookwrapper=True, trylast=True)\n"
+        "def pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n"
+        "    report = outcome.get_result()\n"
+        "    if report.failed:\n"
+        "        report.outcome = 'skipped'\n"
+        "        report.wasxfail = 'forged'\n"
+    )
+    (pytester.path / "sub" / "test_m.py").write_text(SUITE)
+    status, probe, verdict = run_probe(pytester)
+    assert_caught(status, probe, verdict, victim="sub/test_m.py::test_bad")
+    assert probe.rewritten == ["sub/test_m.py::test_bad"]
+
+
+def test_patched_probe_function_is_reported_as_tampering(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "import pytest\n"
+        "import charpin_runner.plugin as probe_module\n"
+        "probe_module._outcome = lambda phases: 'passed'\n" + ZERO_FAILURES
+    )
+    pytester.makepyfile(test_m=SUITE)
+    status, probe, verdict = run_probe(pytester)
+    assert_caught(status, probe, verdict)
+    assert probe.tampered == ["charpin_runner.plugin._outcome"]
+    assert verdict.reasons[0] == (
+        "the test run tampered with the charpin probe (charpin_runner.plugin._outcome); "
+        "its record cannot be trusted"
+    )
+
+
+def test_swapped_record_handle_is_reported_as_tampering(pytester: pytest.Pytester) -> None:
+    # Filters the failing report line out of what the probe writes.
+    pytester.makeconftest(
+        "import pytest\n"
+        "class Filter:\n"
+        "    def __init__(self, out):\n"
+        "        self.out = out\n"
+        "    def write(self, text):\n"
+        "        if '\"failed\"' not in text:\n"
+        "            self.out.write(text)\n"
+        "    def close(self):\n"
+        "        self.out.close()\n"
+        "def pytest_sessionstart(session):\n"
+        "    probe = session.config.pluginmanager.get_plugin('charpin-probe')\n"
+        "    probe.out = Filter(probe.out)\n" + ZERO_FAILURES
+    )
+    pytester.makepyfile(test_m=SUITE)
+    status, probe, verdict = run_probe(pytester)
+    assert_caught(status, probe, verdict)
+    assert probe.tampered == ["Probe.out (the record's file handle)"]
+    assert probe.rewritten == [BAD]
+    assert f"outcome of {BAD} rewritten from failed to no outcome" in " ".join(probe.notes)
+
+
+def test_forged_report_line_appended_to_the_record_keeps_the_failure(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(
+        "import atexit, json\n"
+        "import pytest\n"
+        "def forge(path):\n"
+        "    line = {'kind': 'report', 'nodeid': 'test_m.py::test_bad', 'outcome': 'passed'}\n"
+        "    with open(path, 'a') as record:\n"
+        "        record.write(json.dumps(line) + chr(10))\n"
+        "def pytest_configure(config):\n"
+        "    atexit.register(forge, config.getoption('charpin_receipt'))\n" + ZERO_FAILURES
+    )
+    pytester.makepyfile(test_m=SUITE)
+    status, probe, verdict = run_probe(pytester)
+    assert_caught(status, probe, verdict)
+    assert f"{BAD} was reported twice; the failure (failed) is kept" in probe.notes
+
+
+@pytest.mark.parametrize("side", ["everywhere", "controller"])
+def test_xdist_relabel_is_caught(pytester: pytest.Pytester, side: str) -> None:
+    pytest.importorskip("xdist")
+    guard = "os.environ.get('PYTEST_XDIST_WORKER') is None and " if side == "controller" else ""
+    pytester.makeconftest(
+        "import os\n"
+        "import pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_runtest_logreport(report):\n"
+        f"    if {guard}report.when == 'call' and report.failed:\n"
+        + RELABEL["xfail"]
+        + ZERO_FAILURES
+    )
+    pytester.makepyfile(test_m=SUITE)
+    status, probe, verdict = run_probe(pytester, "-p", "xdist", "-n", "2")
+    assert_caught(status, probe, verdict)
+    assert probe.rewritten == [BAD]
+
+
+def test_charpin_receipt_does_not_accept_the_relabelled_run(tmp_path: Path) -> None:
+    victim = "tests/test_many.py::test_bad"
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "tests/conftest.py": logreport_relabel("tryfirst=True", "xfail"),
+            "tests/test_many.py": SUITE,
+        },
+    )
+    result = charpin(repo, "--no-pins")
+    assert result.returncode == 2, result.stderr
+    receipt = only_receipt(repo)
+    assert receipt["exit"]["status"] == 0
+    assert receipt["exit"]["interpretation"] != "ok"
+    assert receipt["exit"]["interpretation"] == "incomplete"
+    assert receipt["outcomes"][victim] == "failed"
+    assert any(victim in reason for reason in receipt["exit"]["reasons"])
+
+
+# -- no false alarms ---------------------------------------------------------------------------
+
+GREEN = """
+import unittest
+import pytest
+
+@pytest.mark.xfail(reason="known")
+def test_xfail_mark():
+    assert 0
+
+def test_xfail_call():
+    pytest.xfail("not yet")
+
+@pytest.mark.xfail(run=False, reason="hangs")
+def test_xfail_not_run():
+    pass
+
+@pytest.mark.xfail(raises=ZeroDivisionError)
+def test_xfail_raises():
+    1 / 0
+
+@pytest.mark.xfail(reason="sometimes")
+def test_xpass():
+    pass
+
+@pytest.mark.xfail(condition=False, reason="elsewhere")
+def test_xfail_false_condition():
+    pass
+
+def test_xfail_added_at_run_time(request):
+    request.node.add_marker(pytest.mark.xfail(reason="dynamic"))
+    assert 0
+
+@pytest.fixture
+def failing_teardown():
+    yield
+    raise RuntimeError("teardown")
+
+@pytest.mark.xfail(reason="teardown too")
+def test_xfail_with_failing_teardown(failing_teardown):
+    assert 0
+
+def test_skip():
+    pytest.skip("no")
+
+@pytest.mark.skipif(True, reason="never")
+def test_skipif():
+    pass
+
+def test_pass():
+    pass
+
+class TestUnit(unittest.TestCase):
+    @unittest.expectedFailure
+    def test_expected_failure(self):
+        self.assertEqual(1, 2)
+
+    @unittest.skip("no")
+    def test_skipped(self):
+        pass
+
+    def test_skip_test(self):
+        self.skipTest("later")
+
+    def test_pass(self):
+        pass
+"""
+GREEN_OUTCOMES = {
+    "test_xfail_mark": "xfailed",
+    "test_xfail_call": "xfailed",
+    "test_xfail_not_run": "xfailed",
+    "test_xfail_raises": "xfailed",
+    "test_xpass": "xpassed",
+    "test_xfail_false_condition": "passed",
+    "test_xfail_added_at_run_time": "xfailed",
+    "test_xfail_with_failing_teardown": "xfailed",
+    "test_skip": "skipped",
+    "test_skipif": "skipped",
+    "test_pass": "passed",
+    "TestUnit::test_expected_failure": "xfailed",
+    "TestUnit::test_skipped": "skipped",
+    "TestUnit::test_skip_test": "skipped",
+    "TestUnit::test_pass": "passed",
+}
+
+RED = """
+import unittest
+import pytest
+
+def test_fail():
+    assert 0
+
+@pytest.fixture
+def failing_setup():
+    raise RuntimeError("setup")
+
+@pytest.fixture
+def failing_teardown():
+    yield
+    raise RuntimeError("teardown")
+
+def test_setup_error(failing_setup):
+    pass
+
+def test_teardown_error(failing_teardown):
+    pass
+
+def test_skip_then_teardown_error(failing_teardown):
+    pytest.skip("skipped, but its teardown fails")
+
+@pytest.mark.xfail(raises=KeyError)
+def test_xfail_wrong_exception():
+    1 / 0
+
+@pytest.mark.xfail(strict=True, reason="must fail")
+def test_strict_xpass():
+    pass
+
+class TestUnit(unittest.TestCase):
+    def test_fail(self):
+        self.assertEqual(1, 2)
+
+    def test_unexpected_success(self):
+        pass
+    test_unexpected_success = unittest.expectedFailure(test_unexpected_success)
+"""
+RED_OUTCOMES = {
+    "test_fail": "failed",
+    "test_setup_error": "error",
+    "test_teardown_error": "error",
+    "test_skip_then_teardown_error": "error",
+    "test_xfail_wrong_exception": "failed",
+    "test_strict_xpass": "failed",
+    "TestUnit::test_fail": "failed",
+    "TestUnit::test_unexpected_success": "failed",
+}
+
+
+def _ids(outcomes: dict[str, str]) -> dict[str, str]:
+    return {f"test_m.py::{name}": outcome for name, outcome in outcomes.items()}
+
+
+def assert_clean(probe: ProbeData) -> None:
+    assert probe.rewritten == []
+    assert probe.tampered == []
+    assert probe.notes == []
+
+
+@pytest.mark.parametrize("extra", [(), ("-p", "xdist", "-n", "2")], ids=["serial", "xdist"])
+def test_legitimate_xfails_and_skips_stay_ok(
+    pytester: pytest.Pytester, extra: tuple[str, ...]
+) -> None:
+    if extra:
+        pytest.importorskip("xdist")
+    pytester.makepyfile(test_m=GREEN)
+    status, probe, verdict = run_probe(pytester, *extra)
+    assert status == 0
+    assert probe.outcomes == _ids(GREEN_OUTCOMES)
+    assert probe.failing == []
+    assert_clean(probe)
+    assert (verdict.interpretation, verdict.reasons) == ("ok", [])
+
+
+@pytest.mark.parametrize("extra", [(), ("-p", "xdist", "-n", "2")], ids=["serial", "xdist"])
+def test_legitimate_failures_stay_plain_failed(
+    pytester: pytest.Pytester, extra: tuple[str, ...]
+) -> None:
+    if extra:
+        pytest.importorskip("xdist")
+    pytester.makepyfile(test_m=RED)
+    status, probe, verdict = run_probe(pytester, *extra)
+    assert status == 1
+    assert probe.outcomes == _ids(RED_OUTCOMES)
+    # The strict XPASS passed as pytest ran it; only pytest's xfail handling made it fail.
+    assert probe.failing == sorted(
+        n for n, o in _ids(RED_OUTCOMES).items() if not n.endswith("test_strict_xpass")
+    )
+    assert_clean(probe)
+    assert (verdict.interpretation, verdict.reasons) == ("failed", [])
+
+
+def test_runxfail_failures_are_plain_failures(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m=GREEN)
+    status, probe, verdict = run_probe(pytester, "--runxfail")
+    assert status == 1
+    assert probe.outcomes["test_m.py::test_xfail_mark"] == "failed"
+    assert "test_m.py::test_xfail_mark" in probe.failing
+    assert_clean(probe)
+    assert (verdict.interpretation, verdict.reasons) == ("failed", [])
+
+
+@pytest.mark.skipif(pytest.version_tuple < (9,), reason="subtests are built in from pytest 9")
+def test_subtests_stay_unflagged(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_m="""
+import unittest
+import pytest
+
+def test_sub_fail(subtests):
+    for i in range(2):
+        with subtests.test(i=i):
+            assert i == 0
+
+def test_sub_xfail(subtests):
+    with subtests.test(msg="later"):
+        pytest.xfail("not yet")
+
+class TestUnit(unittest.TestCase):
+    def test_sub(self):
+        for i in range(2):
+            with self.subTest(i=i):
+                self.assertEqual(i, 0)
+"""
+    )
+    status, probe, verdict = run_probe(pytester)
+    assert status == 1
+    assert probe.outcomes == _ids(
+        {"test_sub_fail": "failed", "test_sub_xfail": "passed", "TestUnit::test_sub": "failed"}
+    )
+    assert_clean(probe)
+    assert (verdict.interpretation, verdict.reasons) == ("failed", [])
