@@ -96,18 +96,30 @@ def _collection(receipts: Sequence[Labeled], base: Labeled) -> Dimension | None:
             theirs: list[str] = getattr(b.collection, name)
             if mine == theirs:
                 continue
-            missing = len(set(theirs) - set(mine))
-            extra = len(set(mine) - set(theirs))
+            mine_set, theirs_set = set(mine), set(theirs)
+            missing = len(theirs_set - mine_set)
+            extra = len(mine_set - theirs_set)
+            if not (missing or extra):
+                # Same set in another order or with a repeat: nothing was gained or lost.
+                continue
             details.append(f"{label}: {name} differs from {base_label}: -{missing} +{extra}")
             if label not in boxes:
                 boxes.append(label)
             if name == "collected" or name == "executed":
                 diffs.append(
-                    sorted_unified_diff(theirs, mine, f"{base_label}/{name}", f"{label}/{name}")
+                    sorted_unified_diff(
+                        _as_set(theirs), _as_set(mine), f"{base_label}/{name}", f"{label}/{name}"
+                    )
                 )
     return _listed(
         "collection", f"test sets differ on {', '.join(boxes)}", boxes, details, diff="".join(diffs)
     )
+
+
+def _as_set(ids: list[str]) -> list[str]:
+    """ids sorted and unique, as the linear diff needs; decoded receipts already are."""
+    # dict.fromkeys keeps the order, so sorting a list that is already sorted stays linear.
+    return sorted(dict.fromkeys(ids))
 
 
 def _outcomes(receipts: Sequence[Labeled], base: Labeled) -> Dimension | None:

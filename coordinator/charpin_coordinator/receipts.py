@@ -2,15 +2,19 @@
 
 A receipt is refused (IntegrityError, one line with the `$.path`) when it is not JSON, is too
 large, names a schema version this coordinator does not know, has fields its version does not
-define, lacks required sets, has a wrong type, repeats a node id, or names a path that escapes
-the repository. Nothing is ever extracted or executed from a receipt.
+define, lacks required sets, has a wrong type, repeats a key in any JSON object, repeats an item
+of a set, or names a path that escapes the repository. Set-valued fields are then put in one
+canonical order (sorted), because their order is not evidence and drift compares them as sets.
+Nothing is ever extracted or executed from a receipt.
 """
 
 from __future__ import annotations
 
+import json
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from charpin_runner.errors import IntegrityError
@@ -47,20 +51,24 @@ def read_receipt_file(path: Path, *, max_bytes: int = MAX_RECEIPT_BYTES) -> Rece
 
 
 def load_receipt(raw: bytes, *, source: str, max_bytes: int = MAX_RECEIPT_BYTES) -> Receipt:
-    """Decode and validate one receipt; raise IntegrityError naming source and `$.path`."""
+    """Decode and validate one receipt; raise IntegrityError naming source and `$.path`.
+
+    The receipt returned has its set-valued fields in canonical (sorted) order.
+    """
     if len(raw) > max_bytes:
         raise IntegrityError(f"{source}: {len(raw)} bytes is over the {max_bytes}-byte receipt cap")
     try:
         # One strict pass validates everything; its result has exactly Receipt's fields, so it
         # stands in for the dataclass (decoding twice would double the cost on big receipts).
         receipt = typing.cast(Receipt, _STRICT.decode(raw))
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         _check_header(raw, source)
-        raise IntegrityError(f"{source}: receipt refused: {exc}") from exc
+        raise IntegrityError(f"{source}: receipt refused: {_reason(exc)}") from exc
     _check_version(receipt.schema_version, source)
-    problem = _first_problem(receipt)
+    problem = _duplicate_key(raw, receipt) or _first_problem(receipt)
     if problem is not None:
         raise IntegrityError(f"{source}: receipt refused: {problem}")
+    _canonicalise(receipt)
     return receipt
 
 
@@ -68,9 +76,16 @@ def _check_header(raw: bytes, source: str) -> None:
     """Explain a refusal by the version or the JSON itself when that is the real cause."""
     try:
         header = _HEADER.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise IntegrityError(f"{source}: not a charpin receipt: {exc}") from exc
+    except (msgspec.DecodeError, RecursionError) as exc:
+        # Skipping an unknown field recurses in msgspec: deep nesting must not escape as a crash.
+        raise IntegrityError(f"{source}: not a charpin receipt: {_reason(exc)}") from exc
     _check_version(header.schema_version, source)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply; a receipt nests a few levels at most"
+    return str(exc)
 
 
 def _check_version(version: int, source: str) -> None:
@@ -81,6 +96,162 @@ def _check_version(version: int, source: str) -> None:
         )
 
 
+# -- repeated keys ---------------------------------------------------------------------------------
+
+
+def _duplicate_key(raw: bytes, decoded: Receipt) -> str | None:
+    """Why raw repeats a key in some JSON object, or None.
+
+    msgspec keeps the last of two equal keys while other readers keep the first, so a repeated
+    key would let one receipt say two things. A receipt as the runner writes it re-encodes to
+    the same tokens, and then it cannot hold a repeat (the re-encoding has none); only other
+    receipts pay for the exact walk.
+    """
+    if msgspec.json.format(raw, indent=-1) == msgspec.json.encode(decoded, order="sorted"):
+        return None
+    return _find_duplicate_key(raw)
+
+
+class _Repeat:
+    """Stands in for the JSON object that repeats a key, carrying the way back to the root."""
+
+    __slots__ = ("key", "steps")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.steps: list[str] = []
+
+
+def _find_duplicate_key(raw: bytes) -> str | None:
+    first: list[_Repeat] = []
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> _Repeat | None:
+        # Clean objects become None, so the walk keeps no copy of the receipt in memory.
+        if first:
+            for key, value in pairs:
+                found = _repeat_in(value)
+                if found is not None:
+                    found.steps.append(_step(key))
+                    return found
+            return None
+        if len({key for key, _ in pairs}) == len(pairs):
+            return None
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                first.append(_Repeat(key))
+                return first[0]
+            seen.add(key)
+        return None  # pragma: no cover - the length check above found a repeat
+
+    try:
+        json.loads(raw.decode("utf-8"), object_pairs_hook=pairs_hook)
+    except (ValueError, RecursionError) as exc:
+        # msgspec accepted these bytes; a reader that does not is a reason to refuse, not guess.
+        return f"the JSON does not parse the same way in every reader: {exc}"
+    if not first:
+        return None
+    where = "$" + "".join(reversed(first[0].steps))
+    return f"repeated key {first[0].key!r} - at `{where}`; each key may appear once per object"
+
+
+def _repeat_in(value: Any) -> _Repeat | None:
+    if isinstance(value, _Repeat):
+        return value
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _repeat_in(item)
+            if found is not None:
+                found.steps.append(f"[{index}]")
+                return found
+    return None
+
+
+def _step(key: str) -> str:
+    return f".{key}" if key.isidentifier() else f"[{key!r}]"
+
+
+# -- sets ------------------------------------------------------------------------------------------
+
+# Every list the receipt defines as a set, as (`$.path`, getter). Their order carries no meaning;
+# a repeated item is refused, then each is sorted so that equal sets compare and hash equal.
+_StringSet = tuple[str, Callable[[Receipt], list[str]]]
+_PATH_SETS: tuple[_StringSet, ...] = (
+    ("$.tree.dirty_before", lambda r: r.tree.dirty_before),
+    ("$.tree.dirty_after", lambda r: r.tree.dirty_after),
+    ("$.tree.written", lambda r: r.tree.written),
+    ("$.tree.flagged_before", lambda r: r.tree.flagged_before),
+    ("$.tree.flagged_after", lambda r: r.tree.flagged_after),
+    ("$.fixtures.roots", lambda r: r.fixtures.roots),
+    ("$.fixtures.added", lambda r: r.fixtures.added),
+    ("$.fixtures.removed", lambda r: r.fixtures.removed),
+    ("$.fixtures.changed", lambda r: r.fixtures.changed),
+    ("$.fixtures.type_changed", lambda r: r.fixtures.type_changed),
+    ("$.fixtures.mode_changed", lambda r: r.fixtures.mode_changed),
+    ("$.fixtures.escaping_symlinks", lambda r: r.fixtures.escaping_symlinks),
+    ("$.fixtures.missing_roots", lambda r: r.fixtures.missing_roots),
+)
+_NODEID_SETS: tuple[_StringSet, ...] = (
+    ("$.collection.collected", lambda r: r.collection.collected),
+    ("$.collection.selected", lambda r: r.collection.selected),
+    ("$.collection.executed", lambda r: r.collection.executed),
+    ("$.collection.filtered", lambda r: r.collection.filtered),
+    ("$.collection.dropped", lambda r: r.collection.dropped),
+    ("$.quarantine.frozen", lambda r: r.quarantine.frozen),
+    ("$.quarantine.leaked", lambda r: r.quarantine.leaked),
+)
+# Sets whose items are neither paths nor node ids, with what an item is called in a refusal.
+_OTHER_SETS: tuple[tuple[str, str, Callable[[Receipt], list[str]]], ...] = (
+    ("$.tree.outputs", "output glob", lambda r: r.tree.outputs),
+    ("$.quarantine.stale", "ledger entry", lambda r: r.quarantine.stale),
+    ("$.quarantine.expired", "ledger entry", lambda r: r.quarantine.expired),
+    ("$.environment.plugins", "plugin", lambda r: r.environment.plugins),
+)
+
+
+def _keyed_sets(r: Receipt) -> Iterator[tuple[str, str, list[Any], Callable[[Any], str]]]:
+    """Lists of records that are sets keyed by one field: (`$.path` of the key, what, list, key).
+
+    Deselected ids and fixture paths are checked for repeats with the other node ids and paths.
+    """
+    yield "$.collection.deselected[*].nodeid", "", r.collection.deselected, _nodeid_of
+    yield "$.fixtures.before[*].path", "", r.fixtures.before, _path_of
+    yield "$.fixtures.after[*].path", "", r.fixtures.after, _path_of
+    yield "$.quarantine.widening[*].entry", "ledger entry", r.quarantine.widening, _entry_of
+    yield "$.pins.results[*].id", "pin id", r.pins.results, _id_of
+
+
+def _nodeid_of(record: Any) -> str:
+    return typing.cast(str, record.nodeid)
+
+
+def _path_of(record: Any) -> str:
+    return typing.cast(str, record.path)
+
+
+def _entry_of(record: Any) -> str:
+    return typing.cast(str, record.entry)
+
+
+def _id_of(record: Any) -> str:
+    return typing.cast(str, record.id)
+
+
+def _canonicalise(r: Receipt) -> None:
+    """Sort every set in place (timsort is linear on the already sorted lists the runner writes)."""
+    for _, get in (*_PATH_SETS, *_NODEID_SETS):
+        get(r).sort()
+    for _, _, get in _OTHER_SETS:
+        get(r).sort()
+    for _, _, records, key in _keyed_sets(r):
+        records.sort(key=key)
+    for widening in r.quarantine.widening:
+        widening.matches.sort()
+
+
+# -- per-item checks -------------------------------------------------------------------------------
+
+
 def _first_problem(receipt: Receipt) -> str | None:
     for message in _problems(receipt):
         return message
@@ -88,35 +259,50 @@ def _first_problem(receipt: Receipt) -> str | None:
 
 
 def _problems(r: Receipt) -> Iterator[str]:
-    yield from _paths(r.tree.dirty_before, "$.tree.dirty_before")
-    yield from _paths(r.tree.dirty_after, "$.tree.dirty_after")
-    yield from _paths(r.tree.written, "$.tree.written")
+    for where, get in _PATH_SETS:
+        yield from _paths(get(r), where, unique=True)
     c = r.collection
     id_lists: list[tuple[str, list[str], bool]] = [
-        (f"$.collection.{name}", getattr(c, name), name != "order")
-        for name in ("collected", "selected", "executed", "order", "filtered", "dropped")
+        (where, get(r), True) for where, get in _NODEID_SETS
     ]
+    id_lists.append(("$.collection.order", c.order, False))
     id_lists.append(("$.collection.deselected[*].nodeid", [d.nodeid for d in c.deselected], True))
     id_lists.append(("$.outcomes", list(r.outcomes), False))
+    for index, widening in enumerate(r.quarantine.widening):
+        id_lists.append((f"$.quarantine.widening[{index}].matches", widening.matches, True))
     # The same ids recur in every set: a list equal to `collected` needs no second screen.
     screened = c.collected
     for where, ids, unique in id_lists:
         if ids is not screened and ids == screened:
             continue
         yield from _nodeids(ids, where, unique=unique)
-    yield from _paths(r.fixtures.roots, "$.fixtures.roots")
     for side in ("before", "after"):
         states = getattr(r.fixtures, side)
         yield from _paths([s.path for s in states], f"$.fixtures.{side}[*].path", unique=True)
-    for name in ("added", "removed", "changed", "type_changed", "mode_changed"):
-        yield from _paths(getattr(r.fixtures, name), f"$.fixtures.{name}")
-    yield from _paths(r.fixtures.escaping_symlinks, "$.fixtures.escaping_symlinks")
-    yield from _paths(r.fixtures.missing_roots, "$.fixtures.missing_roots")
+    for where, what, get in _OTHER_SETS:
+        yield from _repeats(get(r), where, what)
+    for where, what, records, key in _keyed_sets(r):
+        if what:
+            yield from _repeats([key(record) for record in records], where, what)
     if r.quarantine.ledger_path is not None:
         yield from _paths([r.quarantine.ledger_path], "$.quarantine.ledger_path")
     yield from _paths(list(r.environment.conftest_sha256), "$.environment.conftest_sha256")
     for index, pin in enumerate(r.pins.results):
         yield from _paths(list(pin.files), f"$.pins.results[{index}].files")
+
+
+def _at(where: str, index: int) -> str:
+    return where.replace("[*]", f"[{index}]") if "[*]" in where else f"{where}[{index}]"
+
+
+def _repeats(items: list[str], where: str, what: str) -> Iterator[str]:
+    if len(set(items)) == len(items):
+        return
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if item in seen:
+            yield f"duplicate {what} {item!r} - at `{_at(where, index)}`"
+        seen.add(item)
 
 
 def _suspicious(items: list[str], unique: bool) -> bool:
@@ -135,7 +321,7 @@ def _paths(paths: Iterable[str], where: str, *, unique: bool = False) -> Iterato
         return
     seen: set[str] = set()
     for index, path in enumerate(paths):
-        at = where.replace("[*]", f"[{index}]") if "[*]" in where else f"{where}[{index}]"
+        at = _at(where, index)
         reason = _path_problem(path)
         if reason is not None:
             yield f"path {path!r} {reason} - at `{at}`"
@@ -150,9 +336,7 @@ def _nodeids(ids: list[str], where: str, *, unique: bool = True) -> Iterator[str
         return
     seen: set[str] = set()
     for index, nodeid in enumerate(ids):
-        at = where.replace("[*]", f"[{index}]") if "[*]" in where else f"{where}[{index}]"
-        if where == "$.outcomes":
-            at = f"$.outcomes[{nodeid!r}]"
+        at = f"$.outcomes[{nodeid!r}]" if where == "$.outcomes" else _at(where, index)
         file_part = nodeid.split("::", 1)[0]
         reason = _path_problem(file_part) if file_part else "is empty"
         if reason is not None:

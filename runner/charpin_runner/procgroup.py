@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -148,13 +148,15 @@ def become_subreaper() -> bool:
         return False
 
 
-def kill_adopted() -> None:
+def kill_adopted(spare: Collection[int] = ()) -> None:
     """SIGKILL and reap every child of this process, repeatedly: each kill can orphan that
-    process's own children onto us. Bounded in time like kill_group."""
+    process's own children onto us. Bounded in time like kill_group. Children in spare (still
+    running work of this process, e.g. live pin supervisors) are left alone; the caller must keep
+    new children from appearing outside spare meanwhile."""
     me = os.getpid()
     until = time.monotonic() + _REAP_BOUND
     while time.monotonic() < until:
-        children = [pid for pid, parent, _, _ in _processes() if parent == me]
+        children = [pid for pid, parent, _, _ in _processes() if parent == me and pid not in spare]
         if not children:
             return
         for pid in children:

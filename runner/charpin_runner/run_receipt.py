@@ -341,7 +341,7 @@ def _replay_pins(request: Request, skip: bool) -> tuple[Pins, list[str]]:
     except (ImportError, AttributeError):
         return none, []
     try:
-        return cast(Pins, replay(request.repo, request.config)), []
+        return cast(Pins, replay(request.repo, request.config, adopt=request.kill_adopted)), []
     except CharpinError as exc:
         # Recorded as one errored pin, so the Pin replay gate fails instead of seeing no pins.
         pins_file = request.config.pins.file

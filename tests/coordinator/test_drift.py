@@ -216,3 +216,22 @@ def test_a_box_on_another_commit_takes_the_blame_for_differing_fixtures():
     assert statuses[("Identity", "local")] == "FAIL"
     assert statuses[("Fixture integrity", "clean")] == "PASS"
     assert rep.baseline == "clean"
+
+
+def test_a_set_in_another_order_is_not_collection_drift():
+    """Receipts built in memory skip the decoder's canonical order: still no "-0 +0" drift."""
+    reordered = {f"collection.{name}": IDS[::-1] for name in ("collected", "selected", "executed")}
+    rep = report(make_receipt("a"), make_receipt("b", **reordered))
+    assert "collection" not in dims(rep)
+    parity = {(g.gate, g.box): g.status for g in rep.gates}
+    assert parity[("Collection parity", "b")] == "PASS"
+
+
+def test_collection_drift_of_unsorted_sets_counts_and_diffs_the_real_difference():
+    extra = "tests/test_0.py::test_first"
+    shuffled = [IDS[2], extra, IDS[0], IDS[1], IDS[0]]
+    rep = report(make_receipt("a"), make_receipt("b", **{"collection.collected": shuffled}))
+    collection = dims(rep)["collection"]
+    assert collection.details == ["b: collected differs from a: -0 +1"]
+    assert collection.diff.count(f"+{extra}\n") == 1
+    assert [line[0] for line in collection.diff.splitlines()[3:]] == ["+", " ", " "]

@@ -57,7 +57,9 @@ def _with_ids(label: str, ids: list[str], **parts: object) -> Receipt:
 
 def hostile_report() -> DriftReport:
     ids = [FENCE_ID, *IDS]
-    hostile_ids = [FENCE_ID, BAD_ID, *IDS]
+    # Sorted, as a decoded receipt's sets are; without IDS[0] the first change sits next to
+    # FENCE_ID, so it is a context line of the diff.
+    hostile_ids = sorted([FENCE_ID, BAD_ID, *IDS[1:]])
     hostile = _with_ids(
         LINK_LABEL,
         hostile_ids,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from charpin_runner.cli import main
+from charpin_runner.guard.protect import is_doc
 
 from tests.conftest import git, make_repo
 
@@ -171,6 +172,44 @@ def test_docs_never_count_as_code(repo: Path, capsys: pytest.CaptureFixture[str]
     )
     code, out = _guard(repo, capsys, "--range", f"{base}..HEAD")
     assert code == 0, out
+
+
+@pytest.mark.parametrize(
+    ("path", "doc"),
+    [
+        ("README.md", True),
+        ("LICENSE", True),
+        ("LICENSE-MIT", True),
+        ("LICENCE.txt", True),
+        ("COPYING", True),
+        ("CHANGELOG.md", True),
+        ("changes.rst", True),
+        ("NEWS", True),
+        ("docs/conf.py", True),
+        ("doc/guide/pins.txt", True),
+        ("LICENSE.py", False),
+        ("license_fees", False),
+        ("billing/license_fees.py", False),
+        ("src/changelog_parser.py", False),
+        ("billing/README.md", False),
+        ("templates/invoice.md", False),
+        ("notes.md", False),
+        ("requirements.txt", False),
+        ("src/docs/helper.py", False),
+    ],
+)
+def test_documentation_is_a_name_at_a_documentation_place(path: str, doc: bool) -> None:
+    assert is_doc(path) is doc
+
+
+def test_a_markdown_file_next_to_code_counts_as_code(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = git(repo, "rev-parse", "HEAD")
+    _commit(repo, "template and pins", {"billing/invoice.md": "{total}\n", "pins.jsonl": "[]\n"})
+    code, out = _guard(repo, capsys, "--range", f"{base}..HEAD")
+    assert code == 2
+    assert "    billing/invoice.md" in out.partition("production code:")[2]
 
 
 def test_a_merge_of_a_well_split_branch_is_accepted(

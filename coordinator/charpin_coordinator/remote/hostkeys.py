@@ -27,7 +27,6 @@ import struct
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -92,7 +91,7 @@ class KnownHostLine:
         positive = False
         for pattern in self.patterns:
             negated = pattern.startswith("!")
-            if _glob(pattern[1:] if negated else pattern).fullmatch(lowered):
+            if _wildcard((pattern[1:] if negated else pattern).lower(), lowered):
                 if negated:  # sshd(8): a matching negation rejects the line for this host
                     return False
                 positive = True
@@ -107,11 +106,23 @@ class KnownHostLine:
         )
 
 
-@lru_cache(maxsize=1024)
-def _glob(pattern: str) -> re.Pattern[str]:
-    # Only `*` and `?` are special in known_hosts; `[` of `[host]:port` is literal, so no fnmatch.
-    parts = (".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower())
-    return re.compile("".join(parts), re.DOTALL)
+def _wildcard(pattern: str, text: str) -> bool:
+    """sshd(8) wildcards: `*` any run, `?` one character, everything else literal (`[` too)."""
+    # Iterative, backtracking only to the last `*`: a pattern with many stars cannot make a
+    # connect hang the way a regex or a recursive matcher could.
+    p = t = 0
+    star, mark = -1, 0
+    while t < len(text):
+        if p < len(pattern) and pattern[p] in ("?", text[t]):
+            p, t = p + 1, t + 1
+        elif p < len(pattern) and pattern[p] == "*":
+            star, mark, p = p, t, p + 1
+        elif star >= 0:
+            mark += 1
+            p, t = star + 1, mark
+        else:
+            return False
+    return pattern[p:].strip("*") == ""
 
 
 def _hashed_name(item: str) -> tuple[bytes, bytes]:
@@ -136,12 +147,12 @@ def _key_blob(keytype: str, text: str) -> bytes:
         raise MalformedLineError("the key is truncated")
     (size,) = struct.unpack(">I", blob[:4])
     if blob[4 : 4 + size] != keytype.encode() or len(blob) <= 4 + size:
-        raise MalformedLineError(f"the key is not a {keytype} key")
+        raise MalformedLineError(f"the key is not a {keytype[:40]!r} key")
     return blob
 
 
 def parse_line(path: str, lineno: int, text: str) -> KnownHostLine | None:
-    """One known_hosts line; None for blanks, comments and @cert-authority; MalformedLineError if bad."""
+    """One known_hosts line; None for blanks, comments and @cert-authority; raises if malformed."""
     # Fields are separated by spaces and tabs only, as in OpenSSH; a file from Windows keeps \r.
     fields = [f for f in _FIELD_SEPARATORS.split(text.strip(" \t\r\n")) if f]
     if not fields or fields[0].startswith("#"):
@@ -208,7 +219,9 @@ def load_known_hosts(files: Sequence[str]) -> KnownHosts:
         try:
             text = path.read_bytes().decode("utf-8", errors="replace")
         except OSError as exc:
-            notes.append(f"{name}: cannot be read ({exc.strerror}); skipped, fix its permissions")
+            notes.append(
+                f"{name}: cannot be read ({exc.strerror or exc}); skipped, fix its permissions"
+            )
             continue
         # split on \n only: str.splitlines would also break at \x0b, \x1c... and misnumber lines
         for lineno, raw in enumerate(text.split("\n"), 1):
@@ -368,6 +381,7 @@ class StrictClient(paramiko.SSHClient):
         self.set_missing_host_key_policy(verifier)
 
     def connect(self, hostname: str, *args: Any, **kwargs: Any) -> None:
+        # (not named _transport: SSHClient keeps its Transport in that attribute)
         kwargs.setdefault("transport_factory", self._new_transport)
         super().connect(hostname, *args, **kwargs)
 

@@ -1,11 +1,11 @@
 """Coordinator side. The only module that talks to fabric and paramiko over the network.
 
 SshTransport wraps fabric's Connection and fixes what fabric leaves unsafe: host keys are checked
-against known_hosts by hostkeys.py (fabric hard-codes AutoAddPolicy), agent forwarding is off (the agent may
-authenticate this connection, never the box's onward ones), no environment
-crosses as SSH env requests, every timeout is set, and command output is drained concurrently with
-a deadline (paramiko deadlocks when a channel's output is not read). Foreign exceptions become one
-BoxError line at the boundary (map_ssh_errors).
+against known_hosts by hostkeys.py (fabric hard-codes AutoAddPolicy), agent forwarding is off (the
+agent may authenticate this connection, never the box's onward ones), no environment crosses as
+SSH env requests, every timeout is set, and command output is drained concurrently with a deadline
+(paramiko deadlocks when a channel's output is not read). Foreign exceptions become one BoxError
+line at the boundary (map_ssh_errors).
 """
 
 from __future__ import annotations

@@ -49,9 +49,13 @@ def _check(args: argparse.Namespace) -> int:
     for verdict in refused:
         print(render_refusal(verdict), file=sys.stderr)
     if refused:
+        fixes = []
+        if any(v.mixes for v in refused):
+            fixes.append("put pin updates and code changes in separate commits")
+        if any(v.links for v in refused):
+            fixes.append("keep protected paths regular files and folders, not symlinks")
         print(
-            f"charpin guard: refused {len(refused)} of {scope}; put pin updates and code "
-            "changes in separate commits",
+            f"charpin guard: refused {len(refused)} of {scope}; {' and '.join(fixes)}",
             file=sys.stderr,
         )
         return EXIT_DRIFT
@@ -60,12 +64,23 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def render_refusal(verdict: Verdict) -> str:
-    """Both lists, one path a line."""
-    lines = [f"charpin guard: refused {verdict.label}: it changes pins and production code"]
-    lines.append("  protected (pins, cases, goldens, ledger, inventory, [tool.charpin]):")
-    lines += [f"    {p}" for p in verdict.protected]
-    lines.append("  production code:")
-    lines += [f"    {p}" for p in verdict.code]
+    """Why, then the lists, one path a line."""
+    reasons = []
+    if verdict.mixes:
+        reasons.append("it changes pins and production code")
+    if verdict.links:
+        reasons.append("it adds or retargets a symlink at, in or to a protected path")
+    lines = [f"charpin guard: refused {verdict.label}: {'; '.join(reasons)}"]
+    if verdict.mixes:
+        lines.append("  protected (pins, cases, goldens, ledger, inventory, [tool.charpin]):")
+        lines += [f"    {p}" for p in verdict.protected]
+        lines.append("  production code:")
+        lines += [f"    {p}" for p in verdict.code]
+    if verdict.links:
+        lines.append(
+            "  symlinks (protected paths must be regular files and folders; commit the real file):"
+        )
+        lines += [f"    {p}" for p in verdict.links]
     return "\n".join(lines)
 
 

@@ -83,10 +83,10 @@ def expand(base: Protected, links: dict[str, str], is_doc: Callable[[str], bool]
             return False
         problem = resolved[link].problem
         named[link] = f"{link} -> {links[link]}" + (f" ({problem})" if problem else "")
-        files.add(link)  # retargeting the link changes what the protected path holds
         return True
 
     def covered(path: str) -> bool:
+        # Named links stay out: a link *to* the pins does not make its target's folder protected.
         return path in files or any(path.startswith(f + "/") for f in folders)
 
     def above(path: str) -> bool:
@@ -109,7 +109,9 @@ def expand(base: Protected, links: dict[str, str], is_doc: Callable[[str], bool]
                 grew = True
         for link, found in resolved.items():
             inside = covered(link)
-            if not inside and not (found.real is not None and (covered(found.real) or above(found.real))):
+            if not inside and not (
+                found.real is not None and (covered(found.real) or above(found.real))
+            ):
                 continue
             grew |= name(link)
             for hop in found.hops:
@@ -117,14 +119,16 @@ def expand(base: Protected, links: dict[str, str], is_doc: Callable[[str], bool]
             real = found.real
             if inside and real is not None and not (real in files and real in folders):
                 # A link inside a case folder makes its target part of the case, file or folder.
+                if not covered(real):
+                    via.setdefault(real, link)
                 files.add(real)
                 folders.add(real)
-                via.setdefault(real, link)
                 grew = True
     code_targets = {
         found.real
         for link, found in resolved.items()
         if found.real is not None and not is_doc(link)
     }
-    protected = Protected(tuple(sorted(files)), tuple(sorted(folders)))
+    # Retargeting a named link changes what a protected path holds: the link is protected too.
+    protected = Protected(tuple(sorted(files | set(named))), tuple(sorted(folders)))
     return LinkFacts(protected, named, via, code_targets)

@@ -27,7 +27,7 @@ from charpin_runner.errors import (
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
 from charpin_runner.pins.config import PinsConfig
-from charpin_runner.pins.execute import Session
+from charpin_runner.pins.execute import Session, reaping
 from charpin_runner.pins.model import Case, Pin, check_id
 from charpin_runner.pins.prove import prove, weak_pins
 from charpin_runner.pins.record import Recorded, changes, record_case
@@ -139,7 +139,7 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError(f"{config.file} holds no pins; record some with `charpin pins record`")
     actual_root = _actual_root(repo, config)
     notes: list[str] = []
-    with Session(repo, config) as session:
+    with reaping(), Session(repo, config) as session:
         outcomes = replay(session, pins, jobs_for(config, args.jobs), notes=notes)
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
@@ -203,11 +203,13 @@ def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConf
         print("  no golden yet: run `charpin pins record`")
     if run.timed_out:
         print(f"  timed out after {config.timeout}s")
+    if run.limit is not None:
+        print(f"  output limit: {run.limit}")
     # A killed run's sandbox is partial and not judged, but files it left in the repository
     # are still named: the user has to clean them up either way.
-    judged = run.error is None and not run.timed_out
+    judged = run.error is None and not run.timed_out and run.limit is None
     _report_outside([p for p in run.outside_writes if judged or p.startswith("$REPO/")], config)
-    if outcome.pin.golden is not None and not run.error and not run.timed_out:
+    if outcome.pin.golden is not None and judged:
         for line in cmp.describe(outcome.pin.golden, run.observation, config.diff_lines):
             print(f"  {line}")
     try:
@@ -316,7 +318,7 @@ def _record(args: argparse.Namespace) -> int:
         return EXIT_CLEAN
     results: dict[str, Recorded] = {}
     refused: list[str] = []
-    with Session(repo, config) as session:
+    with reaping(), Session(repo, config) as session:
         before = repoguard.snapshot(repo)
 
         def one(pin: Pin) -> tuple[Pin, Optional[Recorded], Optional[str]]:
@@ -393,7 +395,7 @@ def _cover(args: argparse.Namespace) -> int:
     entries = list(args.entry)
     if not args.pins_only:
         entries += _inventoried_files(repo)
-    with Session(repo, config) as session:
+    with reaping(), Session(repo, config) as session:
         report = cover(session, pin_set.all, jobs_for(config, args.jobs), sorted(set(entries)))
     for entry in report:
         print(

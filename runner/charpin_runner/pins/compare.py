@@ -22,12 +22,15 @@ ENV_READ = "env-read"
 NORMALISATION_COUNT = "normalisation-count"
 WRITE_OUTSIDE = "write-outside-output"
 TIMEOUT = "timeout"
+# A stream or the output files went over execute.STREAM_LIMIT / FILES_LIMIT.
+OUTPUT_LIMIT = "output-limit"
 ERROR = "error"
 
 # Most specific first: the primary class of a failure is the first of these that applies.
 PRIORITY = (
     ERROR,
     TIMEOUT,
+    OUTPUT_LIMIT,
     WRITE_OUTSIDE,
     EXIT_CODE,
     FILE_SET,

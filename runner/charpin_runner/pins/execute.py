@@ -2,15 +2,19 @@
 
 Sandbox layout (one per run): SANDBOX/work (copy of the case's fixtures; cwd is work/cwd_rel),
 SANDBOX/home (HOME), SANDBOX/tmp (TMPDIR). The child gets only the case's env keys plus a small
-fixed base, its own session (so the whole process group is killed afterwards), and a timeout.
-Everything under SANDBOX except the output folder is watched: any net change there is a write
-outside the output folder. Writes into the repository itself are caught by repoguard.py.
+fixed base, its own session, and a timeout. It is started by its own supervisor (reaper.py), a
+child subreaper that kills the target's group and every daemon it double-forked once the target
+exits; nothing is measured before the supervisor says so. Streams and output files are capped
+(STREAM_LIMIT, FILES_LIMIT): over a cap the target is killed and the pin fails with
+`output-limit`. Everything under SANDBOX except the output folder is watched: any net change
+there is a write outside the output folder. Writes into the repository are caught by repoguard.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import selectors
 import shutil
 import signal
 import stat
@@ -18,17 +22,38 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
+from charpin_runner import procgroup
 from charpin_runner.errors import RunError
+from charpin_runner.pins import reaper
 from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR
 from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.model import Case, Observation, OutFile
 from charpin_runner.pins.normalise import Places, compile_rules, normalise_all
 
 DEFAULT_UMASK = 0o022
+# Bytes kept of each of stdout and stderr. A target that writes more is killed at once (a pin
+# printing 1 GiB used to cost minutes and gigabytes) and fails with output-limit; everything
+# read is still hashed, so the message can tell two oversized outputs apart.
+STREAM_LIMIT = 64 * 1024 * 1024
+# Bytes read of the output folder's files, all files together, for the same reason.
+FILES_LIMIT = 64 * 1024 * 1024
+_CHUNK = 1 << 16
+# After the target is told to stop, how long its supervisor gets to kill everything and exit.
+_STOP_BOUND = reaper.SWEEP_BOUND + 5.0
+# The runner's own folder (or zipapp) on sys.path of the supervisor; nothing else is, so
+# nothing in the pin's folders can shadow what the supervisor imports.
+_RUNNER_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(reaper.__file__))))
+_LAUNCH = (
+    "import sys; sys.path[:] = [{root!r}] + [p for p in sys.path if p]; "
+    "from charpin_runner.pins.reaper import main; sys.exit(main(sys.argv))"
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +75,51 @@ class Run:
     outside_writes: list[str]
     timed_out: bool = False
     error: Optional[str] = None
+    # Set when a stream or the output files went over their limit: what, how much, its hash.
+    limit: Optional[str] = None
+
+
+# Supervisors alive right now, across every Session of this process. A sweep of adopted
+# processes spares them, and new ones are only started under the lock, so a sweep never sees
+# a supervisor that is not registered yet.
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+class _Adoption:
+    """Whether this process adopts pins' orphans (reaping()), and whether any reached it."""
+
+    reaping = False
+    dirty = False
+
+
+@contextmanager
+def reaping() -> Iterator[bool]:
+    """For a CLI process that runs nothing but pins: become a child subreaper for the duration.
+
+    Each pin's supervisor already kills everything its pin started. The supervisor can only be
+    bypassed by killing it (any process of the same user can); the pin's processes are then
+    re-parented here and are killed right after that pin, sparing the supervisors of pins still
+    running, and once more on leaving the block. Yields whether adoption works here. Library
+    callers that do not use this never kill processes they did not start.
+    """
+    adopts = procgroup.become_subreaper()
+    previous = _Adoption.reaping
+    _Adoption.reaping = previous or adopts
+    try:
+        yield adopts
+    finally:
+        if adopts and _Adoption.dirty:
+            sweep_adopted()
+        _Adoption.reaping = previous
+        if not previous:
+            _Adoption.dirty = False
+
+
+def sweep_adopted() -> None:
+    """Kill every process adopted by this one except live pin supervisors (see reaping())."""
+    with _LIVE_LOCK:
+        procgroup.kill_adopted(spare=frozenset(_LIVE))
 
 
 class Session:
@@ -67,6 +137,12 @@ class Session:
         self.bootstrap = self.dir / "bootstrap.py"
         self.bootstrap.write_text(BOOTSTRAP, encoding="utf-8")
         self.base_path = os.environ.get("PATH", os.defpath)
+        self.launch = _LAUNCH.format(root=_RUNNER_ROOT)
+        # The supervisor is charpin's own code: none of the pin's variables (LD_PRELOAD, say)
+        # reach it; the target gets its environment through the spec instead.
+        self.supervisor_env = {"PATH": os.defpath}
+        if "LD_LIBRARY_PATH" in os.environ:  # some Python builds need it to start at all
+            self.supervisor_env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
         # Removing a used sandbox costs several ms of rmdir/unlink on a busy disk; a helper
         # thread does it while the next pin runs instead of on each pin's critical path.
         self._trash: list[Path] = []
@@ -164,28 +240,35 @@ def _signature(root: str, skip: frozenset[str]) -> Signature:
     return out
 
 
-def _outputs(out_dir: Path) -> dict[str, tuple[bytes, int]]:
+def _outputs(out_dir: Path, budget: int) -> tuple[dict[str, tuple[bytes, int]], Optional[str]]:
+    """The output folder's files (path -> bytes, mode), reading at most budget bytes in all;
+    the second value describes the file that went over it (reading stops there)."""
     files: dict[str, tuple[bytes, int]] = {}
     if not out_dir.is_dir():
-        return files
-    for dirpath, _dirs, filenames in os.walk(out_dir):
-        for name in filenames:
+        return files, None
+    for dirpath, dirs, filenames in os.walk(out_dir):
+        dirs.sort()
+        for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = path.relative_to(out_dir).as_posix()
             st = path.lstat()
             if stat.S_ISLNK(st.st_mode):
                 data = b"symlink -> " + os.fsencode(os.readlink(path))
+            elif not stat.S_ISREG(st.st_mode):
+                # Opening a FIFO would block for ever; its type is what the pin records.
+                data = f"special file of type {stat.filemode(st.st_mode)[0]}".encode()
             else:
-                data = path.read_bytes()
+                with open(path, "rb") as handle:
+                    data = handle.read(budget + 1)
+                if len(data) > budget:
+                    digest = hashlib.sha256(data[:budget]).hexdigest()
+                    return files, (
+                        f"the output files went over the {FILES_LIMIT}-byte limit at "
+                        f"{rel} ({st.st_size} bytes; sha256 of the part read: {digest})"
+                    )
+            budget -= len(data)
             files[rel] = (data, stat.S_IMODE(st.st_mode))
-    return files
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    return files, None
 
 
 def run_case(
@@ -253,30 +336,10 @@ def _run_in(
     skip = frozenset({str(out_dir), str(side)})
     before = _signature(str(sandbox), skip)
     umask = perturbation.umask if perturbation and perturbation.umask is not None else DEFAULT_UMASK
-    timed_out = False
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=str(cwd),
-            env=env,
-            start_new_session=True,
-            umask=umask,
-        )
-    except OSError as exc:
+    ended = _supervise(session, argv, env, cwd, umask, case.stdin, config.timeout)
+    if ended.start_error is not None:
         empty = Observation(exit_code=-1, stdout=b"", stderr=b"")
-        return Run(empty, {}, [], error=f"cannot start {argv[0]}: {exc.strerror or exc}")
-    try:
-        stdout, stderr = proc.communicate(case.stdin, timeout=config.timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc.pid)
-        stdout, stderr = proc.communicate()
-    finally:
-        # Children left behind must not keep writing after we look.
-        _kill_group(proc.pid)
+        return Run(empty, {}, [], error=f"cannot start {argv[0]}: {ended.start_error}")
     after = _signature(str(sandbox), skip)
     # Folders on the way to the output folder (e.g. build/ for build/out) may appear or change.
     parents = {str(p) for p in out_dir.parents}
@@ -285,7 +348,8 @@ def _run_in(
         for p in set(before) | set(after)
         if before.get(p) != after.get(p) and p not in parents
     )
-    outputs = _outputs(out_dir)
+    outputs, files_over = _outputs(out_dir, FILES_LIMIT)
+    limit = ended.limit or files_over
     env_read: Optional[list[str]] = None
     if records_env and side.is_file():
         text = side.read_text(encoding="utf-8")
@@ -295,7 +359,9 @@ def _run_in(
     )
     rules = compile_rules(list(config.normalise), places)
     names = sorted(outputs)
-    blobs, counts = normalise_all(rules, [stdout, stderr, *(outputs[n][0] for n in names)])
+    blobs, counts = normalise_all(
+        rules, [ended.stdout, ended.stderr, *(outputs[n][0] for n in names)]
+    )
     files: dict[str, OutFile] = {}
     file_bytes: dict[str, bytes] = {}
     for name, data in zip(names, blobs[2:]):
@@ -306,14 +372,218 @@ def _run_in(
             text=_text(data, config.text_limit),
         )
     obs = Observation(
-        exit_code=proc.returncode,
+        exit_code=ended.returncode,
         stdout=blobs[0],
         stderr=blobs[1],
         files=files,
         env_read=env_read,
         norm_counts=counts,
     )
-    return Run(obs, file_bytes, outside, timed_out=timed_out)
+    return Run(obs, file_bytes, outside, timed_out=ended.timed_out, error=ended.error, limit=limit)
+
+
+@dataclass
+class _Capture:
+    """One output stream: the first `limit` bytes kept, everything seen hashed and counted."""
+
+    name: str
+    limit: int
+    kept: list[bytes] = field(default_factory=list)
+    size: int = 0
+    seen: int = 0
+    digest: Any = field(default_factory=hashlib.sha256)
+
+    def add(self, data: bytes) -> bool:
+        """Record a chunk; True once the stream is over its limit."""
+        self.digest.update(data)
+        self.seen += len(data)
+        room = self.limit - self.size
+        if room > 0:
+            self.kept.append(data[:room])
+            self.size += min(room, len(data))
+        return self.seen > self.limit
+
+    def over(self) -> Optional[str]:
+        if self.seen <= self.limit:
+            return None
+        return (
+            f"{self.name} went over the {self.limit}-byte limit ({self.seen} bytes read before "
+            f"the target was killed; sha256 of them: {self.digest.hexdigest()})"
+        )
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How one supervised target ended."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    limit: Optional[str] = None
+    error: Optional[str] = None
+    start_error: Optional[str] = None
+
+
+def _supervise(
+    session: Session,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    umask: int,
+    stdin: bytes,
+    timeout: float,
+) -> _Ended:
+    """Run argv under its own supervisor (reaper.py) and collect what it wrote.
+
+    Returns only when the supervisor has exited, i.e. after the target and everything it started
+    were killed, or after this process killed what it could itself (see _clean_up)."""
+    spec_r, spec_w = os.pipe()
+    status_r, status_w = os.pipe()
+    try:
+        with _LIVE_LOCK:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", session.launch, str(spec_r), str(status_w)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=str(session.dir),
+                env=session.supervisor_env,
+                start_new_session=True,
+                umask=umask,
+                pass_fds=(spec_r, status_w),
+            )
+            _LIVE.add(proc.pid)
+    except OSError as exc:
+        for fd in (spec_r, spec_w, status_r, status_w):
+            os.close(fd)
+        raise RunError(f"cannot start the pin supervisor {sys.executable}: {exc}") from exc
+    os.close(spec_r)
+    os.close(status_w)
+    try:
+        try:
+            # Small enough for the pipe in practice; the supervisor reads it before anything.
+            with open(spec_w, "wb") as handle:
+                handle.write(reaper.encode_spec(str(cwd), argv, env))
+        except OSError:
+            pass  # the supervisor died; the status it never wrote says so below
+        out, err, status, timed_out = _exchange(proc, status_r, stdin, timeout)
+    finally:
+        os.close(status_r)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(proc.pid)
+    return _conclude(status, out, err, timed_out)
+
+
+def _exchange(
+    proc: subprocess.Popen[bytes], status_fd: int, stdin: bytes, timeout: float
+) -> tuple[_Capture, _Capture, bytes, bool]:
+    """Feed stdin and read stdout, stderr and the status pipe until all close.
+
+    At the timeout, or as soon as a stream is over STREAM_LIMIT, the supervisor is told to kill
+    the target; if it has not finished within _STOP_BOUND it is killed itself."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out = _Capture("stdout", STREAM_LIMIT)
+    err = _Capture("stderr", STREAM_LIMIT)
+    status = bytearray()
+    sinks: dict[int, Optional[_Capture]] = {
+        proc.stdout.fileno(): out,
+        proc.stderr.fileno(): err,
+        status_fd: None,
+    }
+    pending = memoryview(stdin)
+    stdin_fd = proc.stdin.fileno()
+    timed_out = False
+    stopping: Optional[float] = None
+    with selectors.DefaultSelector() as sel:
+        for fd in sinks:
+            sel.register(fd, selectors.EVENT_READ)
+        if pending:
+            os.set_blocking(stdin_fd, False)
+            sel.register(stdin_fd, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        deadline = time.monotonic() + timeout
+        while sel.get_map():
+            now = time.monotonic()
+            if stopping is None and now >= deadline:
+                timed_out = True
+            if stopping is None and (timed_out or out.seen > out.limit or err.seen > err.limit):
+                _signal(proc.pid, signal.SIGTERM)
+                stopping = now + _STOP_BOUND
+            if stopping is not None and now >= stopping:
+                # The supervisor did not finish: kill it; _conclude cleans up after it.
+                _signal(proc.pid, signal.SIGKILL)
+                break
+            wait = (stopping if stopping is not None else deadline) - now
+            for key, _events in sel.select(max(0.0, wait)):
+                fd = key.fd
+                if fd == stdin_fd:
+                    try:
+                        pending = pending[os.write(fd, pending[:_CHUNK]) :]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the target closed its stdin: the rest is not wanted
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(fd)
+                        proc.stdin.close()
+                    continue
+                data = os.read(fd, _CHUNK)
+                sink = sinks[fd]
+                if not data:
+                    sel.unregister(fd)
+                elif sink is None:
+                    status += data
+                else:
+                    sink.add(data)
+    return out, err, bytes(status), timed_out
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _conclude(status: bytes, out: _Capture, err: _Capture, timed_out: bool) -> _Ended:
+    """Read the supervisor's report; clean up ourselves whatever it could not vouch for."""
+    fields: dict[str, str] = {}
+    for line in status.decode("utf-8", "replace").splitlines():
+        word, _, rest = line.partition(" ")
+        fields[word] = rest
+    if "error" in fields:
+        return _Ended(-1, b"", b"", start_error=fields["error"])
+    stdout, stderr = b"".join(out.kept), b"".join(err.kept)
+    limit = out.over() or err.over()
+    error: Optional[str] = None
+    if "exit" not in fields:
+        error = (
+            "the pin's supervisor died before the target ended (was it killed?); "
+            "a pin must not signal processes it did not start"
+        )
+    elif "unswept" in fields:
+        error = "processes the pin started could not all be killed within "
+        error += f"{reaper.SWEEP_BOUND:.0f}s; a pin must not start processes that outlive it"
+    if "swept" not in fields:
+        _clean_up(fields.get("started"))
+    returncode = int(fields["exit"]) if "exit" in fields else -1
+    return _Ended(returncode, stdout, stderr, timed_out, limit, error)
+
+
+def _clean_up(started: Optional[str]) -> None:
+    """Kill what a supervisor left behind: the target's group, and, when this process adopts
+    orphans (reaping()), every adopted process but the live supervisors."""
+    if started is not None and started.isdigit():
+        procgroup.kill_group(int(started))
+    if _Adoption.reaping:
+        _Adoption.dirty = True
+        sweep_adopted()
 
 
 def _display(path: str, sandbox: Path) -> str:

@@ -17,7 +17,14 @@ from typing import Optional
 
 from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
-from charpin_runner.pins.execute import Perturbation, Run, Session, run_case
+from charpin_runner.pins.execute import (
+    FILES_LIMIT,
+    STREAM_LIMIT,
+    Perturbation,
+    Run,
+    Session,
+    run_case,
+)
 from charpin_runner.pins.model import Case, Observation
 
 SINGLE_PERTURBATIONS = (
@@ -26,6 +33,7 @@ SINGLE_PERTURBATIONS = (
     Perturbation("PYTHONHASHSEED", env={"PYTHONHASHSEED": "12345"}),
     Perturbation("umask", umask=0o077),
 )
+_MIB = 1024 * 1024
 
 
 class UnstableError(CharpinError):
@@ -68,7 +76,7 @@ def _moved(golden: Observation, other: Observation) -> str:
 
 
 def _drift(base: Run, other: Run, modes: bool = True) -> bool:
-    if other.error or other.timed_out or other.outside_writes != base.outside_writes:
+    if other.error or other.timed_out or other.limit or other.outside_writes != base.outside_writes:
         return True
     return bool(cmp.compare(base.observation, other.observation, modes=modes))
 
@@ -89,6 +97,11 @@ def record_case(session: Session, case: Case, check_stability: bool = True) -> R
     if base.timed_out:
         raise UnstableError(
             f"pin {case.id} timed out while recording; raise [tool.charpin.pins] timeout"
+        )
+    if base.limit is not None:
+        raise CharpinError(
+            f"pin {case.id}: {base.limit}; make it write less (stdout and stderr are limited to "
+            f"{STREAM_LIMIT // _MIB} MiB each, the output files to {FILES_LIMIT // _MIB} MiB)"
         )
     if base.outside_writes:
         raise UnstableError(

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
 from charpin_runner.pins.config import PinsConfig
-from charpin_runner.pins.execute import Run, Session, run_case
+from charpin_runner.pins.execute import Run, Session, reaping, run_case
 from charpin_runner.pins.model import Observation, Pin
 from charpin_runner.pins.store import load_pins
 from charpin_runner.receipt import PinResult, Pins, PinStatus
@@ -50,12 +51,14 @@ def jobs_for(config: PinsConfig, jobs: Optional[int]) -> int:
 
 def judge(pin: Pin, run: Run, comparator: cmp.Comparator = cmp.compare) -> Outcome:
     """Classify a replay against the pin's golden (the run's own failures come first)."""
-    # A run that could not start or was killed has no outputs worth comparing: its env reads,
-    # streams and files are partial, so any other class would only be noise.
+    # A run that could not start or was killed (timeout, output limit) has no outputs worth
+    # comparing: its env reads, streams and files are partial, so any other class is noise.
     if run.error is not None:
         return Outcome(pin, run, [cmp.ERROR])
     if run.timed_out:
         return Outcome(pin, run, [cmp.TIMEOUT])
+    if run.limit is not None:
+        return Outcome(pin, run, [cmp.OUTPUT_LIMIT])
     classes: list[str] = []
     if run.outside_writes:
         classes.append(cmp.WRITE_OUTSIDE)
@@ -155,20 +158,26 @@ def write_actual(root: Path, outcome: Outcome) -> Path:
         "norm_counts": obs.norm_counts,
         "outside_writes": outcome.run.outside_writes,
         "error": outcome.run.error,
+        "output_limit": outcome.run.limit,
     }
     text = json.dumps(summary, indent=1, sort_keys=True) + "\n"
     (folder / "result.json").write_text(text, encoding="utf-8")
     return folder
 
 
-def replay_for_receipt(repo: Path, config: CharpinConfig) -> Pins:
-    """Replay a repository's pins for `charpin receipt`; Pins(None, False, []) when it has none."""
+def replay_for_receipt(repo: Path, config: CharpinConfig, adopt: bool = False) -> Pins:
+    """Replay a repository's pins for `charpin receipt`; Pins(None, False, []) when it has none.
+
+    adopt=True only for a CLI process that runs nothing else: see execute.reaping()."""
     pins_config = config.pins
     pin_set = load_pins(repo, pins_config)
     if not pin_set.all:
         return Pins(None, False, [])
     source = pins_config.file if pin_set.jsonl_path.is_file() else pins_config.cases
-    with Session(repo, pins_config) as session:
+    with ExitStack() as stack:
+        if adopt:
+            stack.enter_context(reaping())
+        session = stack.enter_context(Session(repo, pins_config))
         outcomes = replay(session, pin_set.all, jobs_for(pins_config, None))
     results = []
     for outcome in outcomes:

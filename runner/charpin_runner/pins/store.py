@@ -11,6 +11,9 @@ Byte fields (stdin, stdout, stderr) are UTF-8 strings, or {"b64": "..."} when no
 from __future__ import annotations
 
 import json
+import os
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -27,7 +30,6 @@ from charpin_runner.pins.model import (
     decode_b64,
     observation_to_json,
 )
-from charpin_runner.receipt import write_atomic
 from charpin_runner.schema import convert
 
 
@@ -271,10 +273,50 @@ def pin_line(pin: Pin) -> str:
 def save_jsonl(path: Path, pins: list[Pin]) -> None:
     """Rewrite pins.jsonl atomically, keeping pin order."""
     text = "".join(pin_line(pin) + "\n" for pin in pins)
-    write_atomic(path, text.encode("utf-8"), overwrite=True)
+    write_repo_file(path, text.encode("utf-8"))
 
 
 def save_golden(goldens: Path, pin_id: str, obs: Observation) -> None:
     """Write goldens/<id>.json atomically."""
     text = json.dumps(observation_to_json(obs), sort_keys=True, indent=1, ensure_ascii=False)
-    write_atomic(goldens / f"{pin_id}.json", (text + "\n").encode("utf-8"), overwrite=True)
+    write_repo_file(goldens / f"{pin_id}.json", (text + "\n").encode("utf-8"))
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where Linux allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    # Elsewhere the umask can only be read by setting it: briefly, and back at once.
+    old = os.umask(0o077)
+    os.umask(old)
+    return old
+
+
+def write_repo_file(path: Path, data: bytes) -> None:
+    """Replace path atomically (temp file + rename) with the mode a plain write would give.
+
+    The temp file alone would be 0600: a file the user commits must honour their umask, and an
+    existing file keeps its mode.
+    """
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~current_umask()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=str(path.parent))
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

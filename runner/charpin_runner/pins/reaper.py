@@ -1,0 +1,207 @@
+"""The per-pin supervisor process that outlives a pin target to kill what it left. Runs on boxes as
+`python -I -S -c LAUNCH SPEC_FD STATUS_FD`; imports only the stdlib (nothing from charpin).
+
+Why a process of its own: pins replay in parallel threads of one charpin process, so charpin
+cannot tell which pin an orphaned daemon came from, and killing "every adopted child" would kill
+the other pins still running. Each pin instead gets this small supervisor, a Linux child
+subreaper: a daemon the target double-forks (setsid) is re-parented to the supervisor of its own
+pin, which, once the target has exited, SIGKILLs the target's group and every descendant until it
+has no child left, and only then reports the exit status. So when charpin sees "swept", nothing
+the pin started is alive and the pin's outputs can be measured.
+
+Protocol: SPEC_FD carries NUL-separated fields: cwd, argc, argv..., then KEY=VALUE env entries.
+STATUS_FD receives lines: "started PID", and after the sweep "exit CODE" (negative: killed by
+that signal) followed by "swept" (every descendant is dead), "noreap" (the target's group is
+dead, but without a subreaper here daemons went elsewhere) or "unswept" (the kill loop hit its
+bound); or "error MESSAGE" when the target cannot start. SIGTERM asks the supervisor to SIGKILL
+the target's group early (timeout, output limit). The target inherits stdin, stdout, stderr,
+umask; the supervisor drops its own copies so the pipes close when the last holder dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+_PR_SET_CHILD_SUBREAPER = 36
+# How long the supervisor keeps killing before it gives up and says "unswept".
+SWEEP_BOUND = 10.0
+
+
+class _State:
+    """What the SIGTERM handler needs: the target's pid once known, or a note to kill it."""
+
+    target = 0
+    stop_early = False
+
+
+def _become_subreaper() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
+def _read_all(fd: int) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+
+
+def encode_spec(cwd: str, argv: list[str], env: dict[str, str]) -> bytes:
+    """The SPEC_FD payload (used by execute.py); NUL cannot occur in argv, env or paths."""
+    fields = [cwd, str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+    return b"\0".join(os.fsencode(f) for f in fields)
+
+
+def _decode_spec(data: bytes) -> tuple[bytes, list[bytes], dict[bytes, bytes]]:
+    fields = data.split(b"\0")
+    argc = int(fields[1])
+    argv = fields[2 : 2 + argc]
+    env = {}
+    for item in fields[2 + argc :]:
+        key, _, value = item.partition(b"=")
+        env[key] = value
+    return fields[0], argv, env
+
+
+def _on_term(signum: int, frame: object) -> None:
+    _State.stop_early = True
+    if _State.target:
+        _killpg(_State.target)
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _spawn(cwd: bytes, argv: list[bytes], env: dict[bytes, bytes]) -> int:
+    """fork + exec in a new session; an exec failure comes back as OSError."""
+    err_r, err_w = os.pipe()  # both close-on-exec: EOF on err_r means exec succeeded
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(err_r)
+            os.setsid()
+            # Python ignores these at start-up; a plain program expects the defaults.
+            for name in ("SIGPIPE", "SIGXFSZ"):
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.chdir(cwd)
+            # The argv is the pin's own, passed as a list: no shell is involved.
+            os.execvpe(argv[0], argv, env)  # noqa: S606
+        except OSError as exc:
+            message = f"{exc.errno}:{exc.strerror or exc}"
+            os.write(err_w, message.encode("utf-8", "replace"))
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    failure = _read_all(err_r)
+    os.close(err_r)
+    if failure:
+        os.waitpid(pid, 0)
+        code, _, text = failure.decode("utf-8", "replace").partition(":")
+        raise OSError(int(code), text)
+    return pid
+
+
+def _quiet() -> None:
+    """Drop the supervisor's own copies of the target's pipes."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def _children(me: int) -> list[int]:
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as handle:
+            return [int(p) for p in handle.read().split()]
+    except OSError:
+        pass
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(name))
+    return found
+
+
+def _sweep(pgid: int) -> bool:
+    """SIGKILL the target's group and every child (adopted orphans included) until none is left.
+
+    Each kill may orphan that process's children onto us, hence the loop. True when no child is
+    left: every living descendant has a living parent chain ending in one of our children.
+    """
+    me = os.getpid()
+    until = time.monotonic() + SWEEP_BOUND
+    while True:
+        _killpg(pgid)
+        for pid in _children(me):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if pid == 0:
+                break
+        if time.monotonic() >= until:
+            return False
+        time.sleep(0.002)
+
+
+def main(argv: list[str]) -> int:
+    """Run one pin target as described in the module docstring."""
+    spec_fd, status_fd = int(argv[1]), int(argv[2])
+    os.set_inheritable(spec_fd, False)
+    os.set_inheritable(status_fd, False)
+    reaps = _become_subreaper()
+    signal.signal(signal.SIGTERM, _on_term)
+
+    def report(line: str) -> None:
+        try:
+            os.write(status_fd, (line + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass  # charpin gave up on us; the sweep below must still happen
+
+    cwd, target_argv, env = _decode_spec(_read_all(spec_fd))
+    os.close(spec_fd)
+    try:
+        pid = _spawn(cwd, target_argv, env)
+    except OSError as exc:
+        report(f"error {exc.strerror or exc}")
+        return 0
+    _State.target = pid
+    _quiet()
+    report(f"started {pid}")
+    if _State.stop_early:
+        _killpg(pid)
+    _, status = os.waitpid(pid, 0)
+    swept = _sweep(pid)
+    report(f"exit {os.waitstatus_to_exitcode(status)}")
+    report("unswept" if not swept else "swept" if reaps else "noreap")
+    return 0
