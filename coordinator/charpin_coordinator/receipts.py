@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import typing
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -176,36 +177,46 @@ def _step(key: str) -> str:
 # Every list the receipt defines as a set, as (`$.path`, getter). Their order carries no meaning;
 # a repeated item is refused, then each is sorted so that equal sets compare and hash equal.
 _StringSet = tuple[str, Callable[[Receipt], list[str]]]
-_PATH_SETS: tuple[_StringSet, ...] = (
-    ("$.tree.dirty_before", lambda r: r.tree.dirty_before),
-    ("$.tree.dirty_after", lambda r: r.tree.dirty_after),
-    ("$.tree.written", lambda r: r.tree.written),
-    ("$.tree.flagged_before", lambda r: r.tree.flagged_before),
-    ("$.tree.flagged_after", lambda r: r.tree.flagged_after),
-    ("$.fixtures.roots", lambda r: r.fixtures.roots),
-    ("$.fixtures.added", lambda r: r.fixtures.added),
-    ("$.fixtures.removed", lambda r: r.fixtures.removed),
-    ("$.fixtures.changed", lambda r: r.fixtures.changed),
-    ("$.fixtures.type_changed", lambda r: r.fixtures.type_changed),
-    ("$.fixtures.mode_changed", lambda r: r.fixtures.mode_changed),
-    ("$.fixtures.escaping_symlinks", lambda r: r.fixtures.escaping_symlinks),
-    ("$.fixtures.missing_roots", lambda r: r.fixtures.missing_roots),
+
+
+def _sets(*fields: str) -> tuple[_StringSet, ...]:
+    """(`$.path`, getter) for each dotted field name of a Receipt."""
+    return tuple((f"$.{field}", attrgetter(field)) for field in fields)
+
+
+_PATH_SETS = _sets(
+    "tree.dirty_before",
+    "tree.dirty_after",
+    "tree.written",
+    "tree.flagged_before",
+    "tree.flagged_after",
+    "fixtures.roots",
+    "fixtures.added",
+    "fixtures.removed",
+    "fixtures.changed",
+    "fixtures.type_changed",
+    "fixtures.mode_changed",
+    "fixtures.escaping_symlinks",
+    "fixtures.missing_roots",
 )
-_NODEID_SETS: tuple[_StringSet, ...] = (
-    ("$.collection.collected", lambda r: r.collection.collected),
-    ("$.collection.selected", lambda r: r.collection.selected),
-    ("$.collection.executed", lambda r: r.collection.executed),
-    ("$.collection.filtered", lambda r: r.collection.filtered),
-    ("$.collection.dropped", lambda r: r.collection.dropped),
-    ("$.quarantine.frozen", lambda r: r.quarantine.frozen),
-    ("$.quarantine.leaked", lambda r: r.quarantine.leaked),
+_NODEID_SETS = _sets(
+    "collection.collected",
+    "collection.selected",
+    "collection.executed",
+    "collection.filtered",
+    "collection.dropped",
+    "quarantine.frozen",
+    "quarantine.leaked",
 )
 # Sets whose items are neither paths nor node ids, with what an item is called in a refusal.
-_OTHER_SETS: tuple[tuple[str, str, Callable[[Receipt], list[str]]], ...] = (
-    ("$.tree.outputs", "output glob", lambda r: r.tree.outputs),
-    ("$.quarantine.stale", "ledger entry", lambda r: r.quarantine.stale),
-    ("$.quarantine.expired", "ledger entry", lambda r: r.quarantine.expired),
-    ("$.environment.plugins", "plugin", lambda r: r.environment.plugins),
+_OTHER_SETS: tuple[tuple[str, str, Callable[[Receipt], list[str]]], ...] = tuple(
+    (f"$.{field}", what, attrgetter(field))
+    for field, what in (
+        ("tree.outputs", "output glob"),
+        ("quarantine.stale", "ledger entry"),
+        ("quarantine.expired", "ledger entry"),
+        ("environment.plugins", "plugin"),
+    )
 )
 
 
@@ -214,27 +225,12 @@ def _keyed_sets(r: Receipt) -> Iterator[tuple[str, str, list[Any], Callable[[Any
 
     Deselected ids and fixture paths are checked for repeats with the other node ids and paths.
     """
-    yield "$.collection.deselected[*].nodeid", "", r.collection.deselected, _nodeid_of
-    yield "$.fixtures.before[*].path", "", r.fixtures.before, _path_of
-    yield "$.fixtures.after[*].path", "", r.fixtures.after, _path_of
-    yield "$.quarantine.widening[*].entry", "ledger entry", r.quarantine.widening, _entry_of
-    yield "$.pins.results[*].id", "pin id", r.pins.results, _id_of
-
-
-def _nodeid_of(record: Any) -> str:
-    return typing.cast(str, record.nodeid)
-
-
-def _path_of(record: Any) -> str:
-    return typing.cast(str, record.path)
-
-
-def _entry_of(record: Any) -> str:
-    return typing.cast(str, record.entry)
-
-
-def _id_of(record: Any) -> str:
-    return typing.cast(str, record.id)
+    yield "$.collection.deselected[*].nodeid", "", r.collection.deselected, attrgetter("nodeid")
+    yield "$.fixtures.before[*].path", "", r.fixtures.before, attrgetter("path")
+    yield "$.fixtures.after[*].path", "", r.fixtures.after, attrgetter("path")
+    widening = r.quarantine.widening
+    yield "$.quarantine.widening[*].entry", "ledger entry", widening, attrgetter("entry")
+    yield "$.pins.results[*].id", "pin id", r.pins.results, attrgetter("id")
 
 
 def _canonicalise(r: Receipt) -> None:

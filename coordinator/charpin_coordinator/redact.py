@@ -1,4 +1,4 @@
-"""Coordinator side; stdlib only. Masks the coordinator's secrets in anything a run keeps or prints.
+"""Coordinator side. Masks the coordinator's secrets in anything a run keeps or prints.
 
 Design §8: secrets never enter receipts, logs or remote argv. Tests may legitimately need tokens
 (the `local` box runs with this process's environment), so the box keeps them and only the
@@ -13,9 +13,10 @@ rule that refuses such names in a host's `env` allow-list). Values shorter than 
 are left alone: masking every "1" or "true" would mangle ordinary output and hide nothing.
 Each value is masked as itself and in the forms a test's output commonly shows it: hex, base64
 and urlsafe base64 (a dumped header or credential file), JSON string escapes, Python's repr and
-unicode-escape (how pytest writes parametrize ids), percent-encoding, and the \\xNN form the
-reports use for control characters. Limits: an encoding that starts in the middle of a larger
-encoded blob, a fragment of a value, or any other transformation is not recognised.
+unicode-escape (how pytest writes parametrize ids), percent-encoding, and the escaped form
+every display shows (`render.shown`: \\xNN for controls, \\uNNNN for direction marks).
+Limits: an encoding that starts in the middle of a larger encoded blob, a fragment of a value,
+or any other transformation is not recognised.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Final
 
+from charpin_runner.fixtures import printable
+
 from charpin_coordinator.remote.hosts import is_secret_name
+from charpin_coordinator.render import shown
 
 MIN_SECRET_CHARS: Final = 8
-# The same \xNN spelling render.py gives C0/C1 controls in text and Markdown reports.
-_SHOWN_CONTROLS: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
 def _spellings(value: str) -> set[str]:
@@ -41,9 +43,13 @@ def _spellings(value: str) -> set[str]:
         json.dumps(value, ensure_ascii=False)[1:-1],
         json.dumps(value)[1:-1],
         repr(value)[1:-1],
-        value.translate(_SHOWN_CONTROLS),
-        urllib.parse.quote(value, safe=""),
-        urllib.parse.quote_plus(value, safe=""),
+        shown(value),  # as the reports and the progress lines show it
+        # As the runner writes a file name into a receipt (undecodable bytes as \\xNN), e.g. a
+        # test that names a file after it: the runner's own function, so the two cannot differ.
+        printable(value),
+        # Of the bytes: a value from a non-UTF-8 environment has undecodable bytes (as %XX).
+        urllib.parse.quote(_encode(value), safe=""),
+        urllib.parse.quote_plus(_encode(value), safe=""),
     }
     try:
         spellings.add(value.encode("unicode_escape").decode("ascii"))
@@ -142,7 +148,7 @@ class Redactor:
         receipts (sorted keys, indent 1, UTF-8, one trailing newline); a document that holds no
         secret comes back as the same bytes. Input that is not JSON is cleaned as bytes with
         `data` (a consumer that decodes it refuses it anyway)."""
-        if not self._pairs:
+        if not self._pairs or self._clear_without_decoding(raw):
             return raw
         try:
             decoded = json.loads(raw)
@@ -156,3 +162,12 @@ class Redactor:
             return text.encode("utf-8") + b"\n"
         except UnicodeEncodeError:  # a lone surrogate: only its \uXXXX escape is valid UTF-8
             return json.dumps(masked, sort_keys=True, indent=1).encode("ascii") + b"\n"
+
+    def _clear_without_decoding(self, raw: bytes) -> bool:
+        """Whether raw's bytes alone show that no string in it holds a form. In UTF-8 JSON
+        without a backslash every string is its own bytes, so no form in raw means no form in
+        any string; an escape or another encoding needs the decoding walk."""
+        if b"\\" in raw or json.detect_encoding(raw) != "utf-8":
+            return False
+        # One substring search per form: on a big blob much faster than the alternation.
+        return not any(form in raw for form, _ in self._pairs)

@@ -42,7 +42,9 @@ def encode_json(report: DriftReport) -> bytes:
     return msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n"
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
+    """text as every display shows receipt or alias text: controls and invisible marks escaped.
+    (The redactor masks a secret in this spelling too.)"""
     return text.translate(_CONTROLS)
 
 
@@ -54,20 +56,20 @@ def _diff_shown(diff: str) -> str:
     lines: list[str] = []
     for line in body.split("\n"):
         if lines and not line.startswith((" ", "+", "-", "@")):
-            lines[-1] += _CONTROLS[0x0A] + _shown(line)
+            lines[-1] += _CONTROLS[0x0A] + shown(line)
         else:
-            lines.append(_shown(line))
+            lines.append(shown(line))
     return "\n".join(lines) + "\n"
 
 
 def _displayable(report: DriftReport) -> DriftReport:
     """The report with every control character escaped (for text and Markdown only)."""
-    shown = map_strings(report, _shown)
+    escaped = map_strings(report, shown)
     dimensions = [
         msgspec.structs.replace(dim, diff=_diff_shown(raw.diff)) if raw.diff else dim
-        for dim, raw in zip(shown.dimensions, report.dimensions, strict=True)
+        for dim, raw in zip(escaped.dimensions, report.dimensions, strict=True)
     ]
-    return msgspec.structs.replace(shown, dimensions=dimensions)
+    return msgspec.structs.replace(escaped, dimensions=dimensions)
 
 
 def _labels(report: DriftReport) -> list[str]:
@@ -335,7 +337,7 @@ def _md_dimension(dim: Dimension, labels: list[str]) -> list[str]:
 
 def _md(text: str) -> str:
     """Text for Markdown inline content (a table cell, a list item, a heading)."""
-    escaped = _shown(text).translate(_MD_ESCAPES)
+    escaped = shown(text).translate(_MD_ESCAPES)
     if _MD_BLOCK_START.match(escaped):
         escaped = "\\" + escaped if not escaped[0].isdigit() else _escape_ordinal(escaped)
     return escaped
@@ -354,7 +356,7 @@ def _code(text: str, *, table: bool = False) -> str:
     """Text as a code span: inside one nothing but the closing fence is syntax, so the fence is
     longer than any backtick run in the text. In a table a `|` still ends the cell unless it is
     escaped (GFM strips that backslash again inside the span)."""
-    text = _shown(text)
+    text = shown(text)
     if table:
         text = text.replace("|", "\\|")
     if not text:

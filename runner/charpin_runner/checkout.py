@@ -12,33 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
-import subprocess
 from pathlib import Path
 
+from charpin_runner import fixtures, gitstate
 from charpin_runner.errors import IntegrityError
-
-# Git with nothing of the repository's or the user's configuration that could run code.
-SAFE_GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_ATTR_NOSYSTEM": "1",
-    "GIT_OPTIONAL_LOCKS": "0",
-    "GIT_TERMINAL_PROMPT": "0",
-}
-SAFE_GIT_CONFIG = (
-    "-c", "core.hooksPath=" + os.devnull,
-    "-c", "core.fsmonitor=false",
-    "-c", "core.attributesFile=" + os.devnull,
-    "-c", "core.autocrlf=false",
-)
-
-
-def safe_env() -> dict[str, str]:
-    """os.environ without GIT_* redirections, plus SAFE_GIT_ENV."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(SAFE_GIT_ENV)
-    return env
 
 
 def worktree_tree(root: Path) -> str:
@@ -70,6 +49,60 @@ def worktree_tree(root: Path) -> str:
     return _build(entries).hex()
 
 
+_BARE_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
+
+
+def install(
+    cache: Path, bundle: Path | None, bundle_sha256: str, commit: str, dest: Path, ref: str, tree: str
+) -> dict[str, str]:
+    """Box side of shipping: verify the bundle's sha256, fetch it into the cache repository,
+    check commit out at dest and verify the files against tree. Returns HEAD and tree as the
+    checkout reports them. The cache repository outlives runs of untrusted tests, so its
+    config is rewritten and its alternates and attributes dropped before git reads it."""
+    if cache.is_dir():
+        (cache / "config").write_text(_BARE_CONFIG, encoding="utf-8")
+        for extra in ("objects/info/alternates", "info/attributes"):
+            if os.path.lexists(cache / extra):
+                os.unlink(cache / extra)
+    else:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
+        _git(None, "init", "-q", "--bare", str(tmp))
+        try:
+            os.rename(tmp, cache)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another run created it first; keep theirs
+    if bundle is not None:
+        got = fixtures.hash_file(str(bundle))
+        if got != bundle_sha256:
+            bundle.unlink()
+            raise IntegrityError(
+                f"bundle sha256 {got} does not match the {bundle_sha256} that was sent; "
+                "the transfer was corrupted, run again"
+            )
+        _git(cache, "fetch", "-q", str(bundle), f"{ref}:refs/charpin/{commit}")
+        bundle.unlink()
+    _git(None, "clone", "-q", "--shared", "--no-checkout", str(cache), str(dest))
+    _git(dest, "checkout", "-q", "--detach", commit)
+    try:
+        verify(dest, tree)
+    except IntegrityError:
+        shutil.rmtree(cache, ignore_errors=True)  # the next run ships a full bundle
+        raise
+    return {
+        "head": _git(dest, "rev-parse", "HEAD").strip(),
+        "tree": _git(dest, "rev-parse", "HEAD^{tree}").strip(),
+    }
+
+
+def _git(repo: Path | None, *args: str) -> str:
+    done = gitstate.safe_git(args, repo)
+    if done.returncode != 0:
+        message = done.stderr.decode("utf-8", "replace").strip()
+        raise IntegrityError(f"git {' '.join(args[:2])} failed on the box: {message[-300:]}")
+    return done.stdout.decode("utf-8", "replace")
+
+
 def verify(root: Path, expected_tree: str) -> None:
     """IntegrityError unless root's files make exactly expected_tree."""
     got = worktree_tree(root)
@@ -88,12 +121,10 @@ def _hash_objects(root: Path, paths: list[str]) -> list[bytes]:
     """git's blob ids of paths, with the work tree's attributes applied as checkout did."""
     if not paths:
         return []
-    done = subprocess.run(
-        ["git", "-C", str(root), *SAFE_GIT_CONFIG, "hash-object", "--stdin-paths"],
+    done = gitstate.safe_git(
+        ["hash-object", "--stdin-paths"],
+        root,
         input=b"".join(os.fsencode(p) + b"\n" for p in paths),
-        capture_output=True,
-        env=safe_env(),
-        check=False,
     )
     lines = done.stdout.split()
     if done.returncode != 0 or len(lines) != len(paths):
@@ -105,12 +136,7 @@ def _hash_objects(root: Path, paths: list[str]) -> list[bytes]:
 
 
 def _gitlinks(root: Path) -> dict[str, bytes]:
-    done = subprocess.run(
-        ["git", "-C", str(root), *SAFE_GIT_CONFIG, "ls-files", "-s", "-z"],
-        capture_output=True,
-        env=safe_env(),
-        check=False,
-    )
+    done = gitstate.safe_git(["ls-files", "-s", "-z"], root)
     links: dict[str, bytes] = {}
     for record in done.stdout.split(b"\0"):
         if record.startswith(b"160000 "):

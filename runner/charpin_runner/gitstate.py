@@ -12,16 +12,24 @@ excludes files), index flags such as skip-worktree are not in that index, and ev
 is compared with HEAD by content. Untracked files are listed with the ignore rules that were in
 force before the run, rewritten into one excludes file, so a rule the run adds hides nothing.
 What the run changed in `.git/` (config keys, info/exclude, hooks, index flags) is reported.
-Commands that read the real git directory (rev-parse, config --list) read files and run nothing.
+Commands that read the real git directory (rev-parse of HEAD, config --list) read files, never
+objects (a partial clone's lazy fetch would run a command the config names) and run nothing.
+After the run, HEAD's tree is taken from the index built before it, not from the object store
+the run could have rewritten (git does not check the ids of the trees read-tree reads).
+Every git call has a deadline: a FIFO or a hung file under `.git/` makes the measurement fail
+(RunError), never hang. safe_git gives other modules (checkout) the same sealed git.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +40,11 @@ from charpin_runner.fixtures import hash_many, printable
 # Our own output folder is never part of the state we measure.
 _OWN_PREFIX = ".charpin/"
 UNRESOLVED = "unresolved"
+# Seconds one measurement (or one safe_git call) may take before it is a RunError.
+MEASURE_SECONDS = 900.0
 # Settings for every git command we run. The private git directory has no other config, so
-# these only matter where git reads the real one (rev-parse, config --list): belt and braces.
+# here they only matter where git reads the real one (rev-parse): belt and braces; for safe_git
+# they are what stands between a repository's config and code run in the caller.
 _SAFE_CONFIG = (
     "core.fsmonitor=false",
     "core.hooksPath=/dev/null",
@@ -118,7 +129,9 @@ class GitState:
     # Oddities found while measuring (one sentence each).
     findings: list[str] = field(default_factory=list)
     # The ignore rules in force, as one top-level excludes file; reused after the run.
-    excludes: bytes = b""
+    excludes: bytes = field(default=b"", repr=False)
+    # HEAD's tree as an index (read-tree, no stat data); reused after the run while HEAD holds.
+    index: bytes = field(default=b"", repr=False)
     git_dir: str = ""
 
 
@@ -128,12 +141,25 @@ def find_toplevel(folder: Path) -> Path:
     Found by walking up to the `.git` that git itself discovers, never from core.worktree: a
     test can set that to another folder, and every later receipt would measure the wrong tree.
     """
-    git_dir = _discover(folder)
+    deadline = time.monotonic() + MEASURE_SECONDS
+
+    def ask(where: Path) -> subprocess.CompletedProcess[bytes]:
+        return _git(["-C", str(where), *_DISCOVER], _user_env(), (), _left(deadline))
+
+    first = ask(folder)
+    git_dir = _git_dir(first)
     if git_dir is not None:
         start = Path(os.path.realpath(folder))
         for candidate in (start, *start.parents):
-            if os.path.lexists(candidate / ".git") and _discover(candidate) == git_dir:
+            if os.path.lexists(candidate / ".git") and _git_dir(ask(candidate)) == git_dir:
                 return candidate
+    said = first.stderr.decode("utf-8", "replace")
+    if "dubious ownership" in said:
+        # git found a repository but will not open it: say so, with git's own fix.
+        raise UsageError(
+            f"git refuses to open the repository at {folder}: it is owned by another user; "
+            f"if you trust it: git config --global --add safe.directory {folder}"
+        )
     raise UsageError(
         f"{folder} is not inside a git repository; run from a repository or pass --repo DIR"
     )
@@ -145,15 +171,35 @@ def read_state(repo: Path, before: GitState | None = None) -> GitState:
     With before (the state measured before the run), untracked files are listed with the
     ignore rules in force then, so rules the run added or changed hide nothing.
     """
-    git_dir = _discover(repo)
+    deadline = time.monotonic() + MEASURE_SECONDS
+    found = _git(["-C", str(repo), *_DISCOVER], _user_env(), (), _left(deadline))
+    git_dir = _git_dir(found)
     if git_dir is None:
-        message = _git([], ["-C", str(repo), "rev-parse", "--absolute-git-dir"], _user_env())
         raise RunError(
-            f"git rev-parse failed in {repo}: {_last_line(message.stderr)}; "
+            f"git rev-parse failed in {repo}: {_last_line(found.stderr)}; "
             "check the repository is readable"
         )
     with tempfile.TemporaryDirectory(prefix="charpin-git-") as tmp:
-        return _Measure(repo, Path(git_dir), Path(tmp)).state(before)
+        return _Measure(repo, Path(git_dir), Path(tmp), deadline).state(before)
+
+
+def safe_git(
+    args: Sequence[str],
+    cwd: Path | str | None = None,
+    input: bytes | None = None,
+    timeout: float = MEASURE_SECONDS,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run `git [-C cwd] ARGS` with nothing but the repository's own config: no GIT_* variable
+    of the caller, no system or global config or attributes, no replace objects, no lazy fetch
+    (git 2.44+), and the -c overrides of _SAFE_CONFIG (no hooks, fsmonitor, attributes or
+    excludes file, autocrlf). The repository's config is still read, and filters it defines
+    run (hash-object, diff): use this only where that config is ours (a checkout whose config
+    was just rewritten); read_state measures an untrusted one. stdin is empty unless input is
+    given; stdout and stderr are captured, the exit status is not checked; RunError when git
+    is missing or does not finish within timeout seconds.
+    """
+    front = ["-C", str(cwd)] if cwd is not None else []
+    return _git([*front, *args], _sealed_env(), _SAFE_CONFIG, timeout, input)
 
 
 def unreadable() -> GitState:
@@ -270,61 +316,63 @@ class _Measure:
     """One measurement: the real git directory read as data, the work tree through a private
     git directory under tmp."""
 
-    def __init__(self, repo: Path, git_dir: Path, tmp: Path) -> None:
+    def __init__(self, repo: Path, git_dir: Path, tmp: Path, deadline: float) -> None:
         self.repo = repo
         self.git_dir = git_dir
-        home = tmp / "home"
-        home.mkdir()
-        self.env = _sealed_env(home)
+        self.env = _sealed_env()
+        self.deadline = deadline
         self.common = self._common_dir()
         self.shadow = tmp / "git"
         self.tmp = tmp
 
     def state(self, before: GitState | None) -> GitState:
-        head = self._rev("HEAD")
-        tree = self._rev("HEAD^{tree}")
-        if tree == UNRESOLVED:
-            self._require_unborn(head)
+        head = self._head()
+        self._build_shadow(head)
+        tree = self._tree(head)
         config = self._config()
-        global_path = _global_excludes()
-        global_rules = _read_rules(global_path, follow=True) if global_path else None
+        global_path = self._global_excludes()
         controls = self._controls(global_path)
         findings: list[str] = []
-        self._build_shadow(head, tree)
+        same = before is not None and (before.head, before.tree) == (head, tree)
+        index = self._fill_index(tree, before.index if before and same else b"")
         tracked = self._ls(["--cached"], self.temp_index)
         status = self._tracked_changes()
         if before is not None:
             excludes = before.excludes
         else:
-            base = (global_rules or b"") + b"\n" + (self._info_exclude() or b"") + b"\n"
+            global_rules = _read_rules(global_path, follow=True) if global_path else None
+            info_exclude = _read_rules(str(self.common / "info" / "exclude"), follow=True)
+            base = (global_rules or b"") + b"\n" + (info_exclude or b"") + b"\n"
             excludes = self._excludes(base, tracked, findings)
         for path in self._untracked(excludes):
             status.setdefault(path, "?")
         for path in _untracked_attributes(self.repo, tracked):
             status.setdefault(path, "?")
-        for own in [p for p in status if p.startswith(_OWN_PREFIX)]:
-            del status[own]
-        paths = sorted(status)
+        # Escaped first, then sorted: the receipt's path sets are sorted and free of repeats.
+        named = sorted((_text(p), p) for p in status if not p.startswith(_OWN_PREFIX))
+        paths = [path for _, path in named]
         digests = dict(zip(paths, _content_keys(self.repo, paths)))
         untracked = [(p, digests[p]) for p in paths if status[p] == "?"]
         return GitState(
             head=head,
             tree=tree,
-            dirty=[printable(p) for p in paths],
+            dirty=[text for text, _ in named],
             digest=self._digest(untracked) if paths else _EMPTY_DIGEST,
-            contents={printable(p): f"{status[p]}:{digests[p]}" for p in paths},
+            contents={text: f"{status[p]}:{digests[p]}" for text, p in named},
             flagged=self._flagged(findings),
             risky=_risky(config),
             config=config,
             controls=controls,
             findings=findings,
             excludes=excludes,
+            index=index,
             git_dir=str(self.git_dir),
         )
 
     # --- the real git directory, read as data -------------------------------------------
 
     def _real(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        """git on the real git directory: only for commands that read refs and config."""
         return self._run(["--git-dir", str(self.git_dir), *args], self.env, check)
 
     def _common_dir(self) -> Path:
@@ -332,24 +380,40 @@ class _Measure:
         common = Path(os.fsdecode(out))
         return common if common.is_absolute() else self.git_dir / common
 
-    def _rev(self, rev: str) -> str:
-        result = self._real("rev-parse", "--verify", "-q", rev, check=False)
+    def _head(self) -> str:
+        """HEAD's commit id from the refs alone; `unresolved` on a branch with no commit yet."""
+        result = self._real("rev-parse", "--verify", "-q", "HEAD", check=False)
         text = result.stdout.decode("ascii", "replace").strip()
-        return text if result.returncode == 0 and text else UNRESOLVED
-
-    def _require_unborn(self, head: str) -> None:
-        """A HEAD naming a branch with no commit yet is fine; any other unresolvable one is not."""
-        unborn = self._real("symbolic-ref", "-q", "HEAD", check=False).returncode == 0
-        if head != UNRESOLVED or not unborn:
+        if result.returncode == 0 and text:
+            return text
+        if self._real("symbolic-ref", "-q", "HEAD", check=False).returncode != 0:
             raise RunError(
                 f"git cannot resolve HEAD in {self.repo}; check the repository is readable"
             )
+        return UNRESOLVED
+
+    def _tree(self, head: str) -> str:
+        """HEAD's tree id, read through the private git directory (objects, never its config)."""
+        if head == UNRESOLVED:
+            return UNRESOLVED
+        result = self._shadow(
+            ["rev-parse", "--verify", "-q", "HEAD^{tree}"], self.temp_index, check=False
+        )
+        text = result.stdout.decode("ascii", "replace").strip()
+        if result.returncode != 0 or not text:
+            raise RunError(
+                f"git cannot resolve HEAD in {self.repo}; check the repository is readable"
+            )
+        return text
 
     def _config(self) -> tuple[str, ...]:
         """The repository's own config entries, includes followed (listing runs nothing)."""
         # No -c options here: they would be listed as if they were the repository's.
         listed = _git(
-            (), ["--git-dir", str(self.git_dir), "config", "--list", "--includes", "-z"], self.env
+            ["--git-dir", str(self.git_dir), "config", "--list", "--includes", "-z"],
+            self.env,
+            (),
+            self._left(),
         )
         entries = []
         for item in listed.stdout.split(b"\0"):
@@ -383,8 +447,25 @@ class _Measure:
         except ValueError:
             return printable(str(path))
 
-    def _info_exclude(self) -> bytes | None:
-        return _read_rules(str(self.common / "info" / "exclude"), follow=True)
+    def _global_excludes(self) -> str | None:
+        """The user's global excludes file, as their own git would find it (reading runs
+        nothing); asked through the private git directory, so the repository's config is not
+        consulted. Kept on purpose: without it, files the user ignores everywhere would look
+        untracked. Its bytes before the run are what count afterwards too."""
+        result = _git(
+            ["--git-dir", str(self.shadow), "config", "--path", "--get", "core.excludesFile"],
+            _user_env(),
+            (),
+            self._left(),
+        )
+        value = os.fsdecode(result.stdout.rstrip(b"\n"))
+        if result.returncode == 0 and value:
+            return value
+        xdg = os.environ.get("XDG_CONFIG_HOME")
+        if xdg:
+            return os.path.join(xdg, "git", "ignore")
+        home = os.environ.get("HOME")
+        return os.path.join(home, ".config", "git", "ignore") if home else None
 
     def _flagged(self, findings: list[str]) -> list[str]:
         """Paths the real index marks skip-worktree (S) or assume-unchanged (lower case)."""
@@ -407,7 +488,7 @@ class _Measure:
         for record in out.split(b"\0"):
             tag, _, path = record.partition(b" ")
             if path and (tag == b"S" or tag.islower()):
-                flagged.append(printable(os.fsdecode(path)))
+                flagged.append(_text(os.fsdecode(path)))
         return sorted(flagged)
 
     # --- the work tree, through the private git directory --------------------------------
@@ -416,7 +497,7 @@ class _Measure:
     def temp_index(self) -> str:
         return str(self.tmp / "index")
 
-    def _build_shadow(self, head: str, tree: str) -> None:
+    def _build_shadow(self, head: str) -> None:
         (self.shadow / "refs").mkdir(parents=True)
         (self.shadow / "info").mkdir()
         fmt = self._real("rev-parse", "--show-object-format", check=False).stdout.strip()
@@ -429,10 +510,21 @@ class _Measure:
         (self.shadow / "HEAD").write_text(
             (head if head != UNRESOLVED else "ref: refs/heads/unborn") + "\n", encoding="utf-8"
         )
-        if tree != UNRESOLVED:
+
+    def _fill_index(self, tree: str, trusted: bytes) -> bytes:
+        """The private index: HEAD's tree (trusted, the index measured before the run, or
+        read-tree), then every tracked file hashed once, so the commands below compare content,
+        not stat. Returns the index as read-tree wrote it, before any stat data."""
+        if tree == UNRESOLVED:
+            return b""
+        index = Path(self.temp_index)
+        if trusted:
+            index.write_bytes(trusted)
+        else:
             self._shadow(["read-tree", tree], self.temp_index)
-            # Hash every tracked file once, so the commands below compare content, not stat.
-            self._shadow(["update-index", "-q", "--refresh"], self.temp_index, check=False)
+            trusted = index.read_bytes()
+        self._shadow(["update-index", "-q", "--refresh"], self.temp_index, check=False)
+        return trusted
 
     def _shadow(
         self, args: Sequence[str], index: str, check: bool = True
@@ -446,7 +538,7 @@ class _Measure:
     def _run(
         self, args: Sequence[str], env: Mapping[str, str], check: bool
     ) -> subprocess.CompletedProcess[bytes]:
-        result = _git(_SAFE_CONFIG, args, env)
+        result = _git(args, env, _SAFE_CONFIG, self._left())
         if check and result.returncode != 0:
             verb = next((a for a in args if not a.startswith("-") and "/" not in a), "")
             raise RunError(
@@ -454,6 +546,9 @@ class _Measure:
                 "check the repository is readable"
             )
         return result
+
+    def _left(self) -> float:
+        return _left(self.deadline)
 
     def _ls(self, args: Sequence[str], index: str, *pathspec: str) -> list[str]:
         out = self._shadow(["ls-files", "-z", *args, "--", *pathspec], index).stdout
@@ -487,7 +582,7 @@ class _Measure:
             if text is None:
                 continue
             if "\n" in folder or "\r" in folder:
-                findings.append(f"the rules of {printable(path)} were not applied (odd name)")
+                findings.append(f"the rules of {_text(path)} were not applied (odd name)")
                 continue
             lines.extend(flatten_ignore(folder, text))
         lines.append(b"/.charpin/")
@@ -499,7 +594,8 @@ class _Measure:
         return self._ls(["--others", f"--exclude-from={rules}"], self.temp_index)
 
     def _digest(self, untracked: Sequence[tuple[str, str]]) -> str:
-        """sha256 over `git diff --binary HEAD`, then `path NUL sha256 NUL` per untracked file."""
+        """sha256 over `git diff --binary` (the private index holds HEAD's tree), then
+        `path NUL sha256 NUL` per untracked file."""
         digest = hashlib.sha256()
         diff = self._shadow(
             [
@@ -509,7 +605,6 @@ class _Measure:
                 "--no-textconv",
                 "--no-color",
                 _NO_SUBMODULES,
-                "HEAD",
                 "--",
                 ".",
                 ":(exclude).charpin",
@@ -523,37 +618,15 @@ class _Measure:
         return digest.hexdigest()
 
 
-def _discover(folder: Path) -> str | None:
-    """The absolute git directory git discovers from folder, or None outside a repository."""
-    result = _git((), ["-C", str(folder), "rev-parse", "--absolute-git-dir"], _user_env())
+_DISCOVER = ("rev-parse", "--absolute-git-dir")
+
+
+def _git_dir(result: subprocess.CompletedProcess[bytes]) -> str | None:
+    """The absolute git directory from `rev-parse --absolute-git-dir`, or None when it failed."""
     text = result.stdout.rstrip(b"\n")
     if result.returncode != 0 or not text:
         return None
     return os.path.realpath(os.fsdecode(text))
-
-
-def _global_excludes() -> str | None:
-    """The user's global excludes file, as their own git would find it (reading runs nothing).
-
-    Kept on purpose: without it, files the user ignores everywhere would look untracked. It is
-    read as data, before the run, and its bytes are what count afterwards too.
-    """
-    with tempfile.TemporaryDirectory(prefix="charpin-git-") as tmp:
-        # An empty git directory of our own, so the repository's config is not consulted.
-        (Path(tmp) / "refs").mkdir()
-        (Path(tmp) / "objects").mkdir()
-        (Path(tmp) / "HEAD").write_text("ref: refs/heads/none\n", encoding="utf-8")
-        result = _git(
-            (), ["--git-dir", tmp, "config", "--path", "--get", "core.excludesFile"], _user_env()
-        )
-    value = os.fsdecode(result.stdout.rstrip(b"\n"))
-    if result.returncode == 0 and value:
-        return value
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    if xdg:
-        return os.path.join(xdg, "git", "ignore")
-    home = os.environ.get("HOME")
-    return os.path.join(home, ".config", "git", "ignore") if home else None
 
 
 def _untracked_attributes(repo: Path, tracked: Iterable[str]) -> list[str]:
@@ -688,34 +761,84 @@ def _user_env() -> dict[str, str]:
     return env
 
 
-def _sealed_env(home: Path) -> dict[str, str]:
-    """No GIT_* variable of the caller, no system or global config, no system attributes; the
-    home folder is an empty one of ours for gits older than GIT_CONFIG_GLOBAL (2.32)."""
+@functools.lru_cache(maxsize=1)
+def user_safe_directories() -> tuple[str, ...]:
+    """The user's own safe.directory entries (system, global), never a repository's: measurement
+    git reads no global config, yet a checkout owned by another user (CI containers) must stay
+    readable where the user said so. Passed on as `-c`, which git treats as protected config."""
+    try:
+        done = subprocess.run(
+            ["git", "config", "--get-all", "safe.directory"],
+            env={**os.environ, "GIT_DIR": os.devnull},  # no repository: its config stays unread
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(done.stdout.decode("utf-8", "surrogateescape").splitlines())
+
+
+def _sealed_env() -> dict[str, str]:
+    """No GIT_* variable of the caller, no system or global config, no system attributes, no
+    lazy fetch (git 2.44+); HOME and XDG_CONFIG_HOME name no folder, for gits older than
+    GIT_CONFIG_GLOBAL (2.32)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(
         GIT_CONFIG_NOSYSTEM="1",
         GIT_CONFIG_GLOBAL=os.devnull,
         GIT_ATTR_NOSYSTEM="1",
         GIT_NO_REPLACE_OBJECTS="1",
+        GIT_NO_LAZY_FETCH="1",
         GIT_OPTIONAL_LOCKS="0",
         GIT_TERMINAL_PROMPT="0",
-        HOME=str(home),
-        XDG_CONFIG_HOME=str(home),
+        HOME=os.devnull,
+        XDG_CONFIG_HOME=os.devnull,
     )
     return env
 
 
+# A backslash that would read as the start of an escape: before another backslash, `xHH` or
+# an undecodable byte (a surrogate escape, which printable spells `\xNN`).
+_AMBIGUOUS_BACKSLASH = re.compile("\\\\(?=\\\\|x[0-9a-fA-F]{2}|[\udc80-\udcff])")
+
+
+def _text(path: str) -> str:
+    """fixtures.printable (an undecodable byte as `\\xNN`), made to name exactly one path: a
+    backslash that would read as an escape is doubled, so a name spelt `a\\xff` and one ending
+    in byte 0xff differ. Every other name is spelt as printable spells it."""
+    return printable(_AMBIGUOUS_BACKSLASH.sub(lambda _: "\\\\", path))
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.001)
+
+
 def _git(
-    config: Sequence[str], args: Sequence[str], env: Mapping[str, str]
+    args: Sequence[str],
+    env: Mapping[str, str],
+    config: Sequence[str],
+    timeout: float,
+    input: bytes | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    overrides = [item for pair in config for item in ("-c", pair)]
+    pairs = [*config, *(f"safe.directory={d}" for d in user_safe_directories())]
+    overrides = [item for pair in pairs for item in ("-c", pair)]
     try:
         return subprocess.run(
             ["git", "--no-pager", *overrides, *args],
             capture_output=True,
             env=dict(env),
-            stdin=subprocess.DEVNULL,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            timeout=timeout,
             check=False,
         )
+    except subprocess.TimeoutExpired as exc:
+        verb = next((a for a in args if not a.startswith("-") and "/" not in a), "")
+        raise RunError(
+            f"git {verb} did not finish within {exc.timeout:.0f} s; something in the "
+            "repository's .git (a FIFO, a hung mount) blocks it"
+        ) from exc
     except OSError as exc:
         raise RunError(f"cannot run git ({exc}); install git on this box") from exc

@@ -93,6 +93,12 @@ def _findings(status: int, probe: ProbeData) -> list[str]:
             f"the test run tampered with the charpin probe ({_few(probe.tampered)}); "
             "its record cannot be trusted"
         )
+    if probe.unverified:
+        reasons.append(
+            f"cannot verify that pytest itself made {_few(probe.unverified)} xfailed: the probe "
+            "could not read pytest's xfail state (private _pytest.skipping.xfailed_key missing "
+            "or changed), so a hook may have relabelled a failure"
+        )
     if probe.rewritten:
         reasons.append(f"another hook rewrote the outcome of {_few(sorted(probe.rewritten))}")
     if probe.dropped:

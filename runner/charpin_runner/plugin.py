@@ -23,7 +23,6 @@ from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import _pytest.skipping
 import pytest
 
 from charpin_runner.errors import ConfigError
@@ -167,9 +166,23 @@ _XFAIL_LABELS = {"skipped": "xfailed", "passed": "xpassed", "failed": "failed+xf
 _FAILING = frozenset({"failed", "failed+xfail"})
 _SKIP = pytest.skip.Exception
 _XFAIL = pytest.xfail.Exception
-# Exactly what pytest's own xfail handling reads, its conditions already evaluated; private, so
-# a pytest that moves it makes the probe fall back to the marker itself.
-_XFAILED_KEY: Any = getattr(_pytest.skipping, "xfailed_key", None)
+# The prediction for a failure whose xfail fate the probe cannot read: pytest decides, and an
+# xfail it reports is "unverified" (the parent does not call such a run ok).
+_UNSURE = "failed or xfailed"
+_NOT_SET = object()
+
+
+def _private_xfailed_key() -> Any:
+    """pytest's stash key for its evaluated xfail marks (private API), or None if it moved."""
+    try:
+        from _pytest.skipping import xfailed_key
+    except ImportError:
+        return None
+    return xfailed_key
+
+
+# Exactly what pytest's own xfail handling reads, its conditions already evaluated.
+_XFAILED_KEY: Any = _private_xfailed_key()
 
 
 def _label(report: pytest.TestReport) -> str:
@@ -185,25 +198,28 @@ def _accepted(expected: str, label: str) -> bool:
     return label == expected or label == "failed" or (expected, label) == ("passed", "xpassed")
 
 
-def _xfail_applies(item: pytest.Item, call: pytest.CallInfo[None]) -> bool:
-    """Tell whether pytest's xfail handling turns the exception call raised into an xfail."""
+def _xfail_applies(item: pytest.Item, call: pytest.CallInfo[None]) -> bool | None:
+    """Tell whether pytest's xfail handling turns the exception call raised into an xfail.
+
+    None when pytest's private xfail state is missing or has an unknown shape: fail closed.
+    """
     exc = call.excinfo
     if exc is None or getattr(item.config.option, "runxfail", False):
         return False
     if isinstance(exc.value, _XFAIL):
         return True  # pytest.xfail(), xfail(run=False), unittest's expectedFailure
-    if _XFAILED_KEY is None:  # pragma: no cover
-        return item.get_closest_marker("xfail") is not None
-    xfailed = item.stash.get(_XFAILED_KEY, None)
+    if _XFAILED_KEY is None:
+        return None
+    xfailed = item.stash.get(_XFAILED_KEY, _NOT_SET)
     if xfailed is None:
         return False
-    raises = xfailed.raises
+    raises = getattr(xfailed, "raises", _NOT_SET)
     if raises is None:
         return True
     if isinstance(raises, (type, tuple)):
         return isinstance(exc.value, raises)
     matches = getattr(raises, "matches", None)
-    return bool(matches(exc.value)) if callable(matches) else True
+    return bool(matches(exc.value)) if callable(matches) else None
 
 
 def _outcome(phases: dict[str, str]) -> str:
@@ -252,6 +268,8 @@ class Probe:
         # Ids whose report pytest made failing (xfail aside), whatever later hooks turn it into;
         # the finish line carries them so the parent can check every one against its report.
         self.failing: set[str] = set()
+        # Ids reported xfailed whose xfail the probe could not check (see _xfail_applies).
+        self.unverified: set[str] = set()
         # Reports of failing phases with the label they showed the probe, kept to see whether a
         # later hook relabels them.
         self.watch: list[tuple[str, str, str, pytest.TestReport]] = []
@@ -260,7 +278,12 @@ class Probe:
         self.worker_data: dict[str, dict[str, Any]] = {}
         self.out: IO[str] | None = None
         if self.is_worker:
-            self.worker_out: dict[str, Any] = {"rewritten": [], "failing": [], "tampered": []}
+            self.worker_out: dict[str, Any] = {
+                "rewritten": [],
+                "failing": [],
+                "unverified": [],
+                "tampered": [],
+            }
             config.workeroutput[_WORKER_KEY] = self.worker_out  # type: ignore[attr-defined]
         else:
             self.out = self._open(_resolve_path(config, str(path)))
@@ -333,6 +356,7 @@ class Probe:
         tampered = self._tampered()
         if self.is_worker:
             self.worker_out["failing"] = sorted(self.failing)
+            self.worker_out["unverified"] = sorted(self.unverified)
             self.worker_out["tampered"] = tampered
             return
         if tampered:
@@ -348,6 +372,7 @@ class Probe:
                 "exitstatus": int(exitstatus),
                 "leaked": leaked,
                 "failing": sorted(self.failing),
+                "unverified": sorted(self.unverified),
             }
         )
 
@@ -504,7 +529,8 @@ class Probe:
         gateway = str(node.gateway.id)
         for rewritten in data.get("rewritten", []):
             self._emit(rewritten)
-        self.failing.update(n for n in data.get("failing", []) if isinstance(n, str))
+        for key, ids in (("failing", self.failing), ("unverified", self.unverified)):
+            ids.update(n for n in data.get(key, []) if isinstance(n, str))
         tampered = data.get("tampered")
         if tampered:
             self._emit({"kind": "tampered", "what": [f"{gateway}: {w}" for w in tampered]})
@@ -533,7 +559,7 @@ class Probe:
             for key in ("collected", "selected"):
                 if theirs.get(key) != record.get(key):
                     notes.append(f"xdist workers {gateway} and {other} differ in {key} ids")
-        for key in ("rewritten", "failing", "tampered"):
+        for key in ("rewritten", "failing", "unverified", "tampered"):
             record.pop(key, None)
         announced = self.node_ids.get(gateway)
         if announced is not None:
@@ -579,7 +605,10 @@ class Probe:
             # The phase raised, yet a hook that runs inside this wrapper made it pass or skip.
             outcome = "failed"
         if outcome == "failed":
-            if _xfail_applies(item, call):
+            applies = _xfail_applies(item, call)
+            if applies is None:
+                outcome = _UNSURE
+            elif applies:
                 outcome = "xfailed"
             else:
                 self.failing.add(self.prefix + report.nodeid)
@@ -594,10 +623,8 @@ class Probe:
             label = _XFAIL_LABELS.get(label, label)
         shown = label
         expected = self.seen.pop((report.nodeid, report.when), None)
-        if expected is not None and label != expected and not _accepted(expected, label):
-            self._rewritten(nodeid, when, expected, label)
-            # Record what pytest made of the test, not what the other hook turned it into.
-            label = expected
+        if expected is not None and label != expected:
+            label = self._compare(nodeid, when, expected, label)
         if label in _FAILING:
             self.watch.append((nodeid, when, shown, report))
         if self.out is None:
@@ -619,6 +646,23 @@ class Probe:
         phases[when] = (label, report.duration)
         if when == "teardown":
             self._finish_test(nodeid, phases)
+
+    def _compare(self, nodeid: str, when: str, expected: str, label: str) -> str:
+        """Check a label against the prediction; return what pytest made of the test."""
+        if expected == _UNSURE:
+            # pytest's xfail state could not be read: its own verdict stands, failed or xfailed.
+            if label == "failed":
+                self.failing.add(nodeid)
+                return label
+            if label == "xfailed":
+                self.unverified.add(nodeid)
+                return label
+            expected = "failed"
+        elif _accepted(expected, label):
+            return label
+        self._rewritten(nodeid, when, expected, label)
+        # Record what pytest made of the test, not what the other hook turned it into.
+        return expected
 
     def _rewritten(
         self, nodeid: str, when: str, seen: str, reported: str, after: bool = False
@@ -652,8 +696,8 @@ class Probe:
 
 # What the probe checks at the end for replacement by the code under test (see Probe._tampered).
 _GUARDED = ("_label", "_accepted", "_xfail_applies", "_outcome", "_quote")
-_GUARDED_ATTRS = ("_saw", "_finish_test", "_rewritten", "_emit", "_check_watch")
-_GUARDED_STATE = ("seen", "failing", "phases")
+_GUARDED_ATTRS = ("_saw", "_compare", "_finish_test", "_rewritten", "_emit", "_check_watch")
+_GUARDED_STATE = ("seen", "failing", "unverified", "phases")
 
 
 def _integrity(probe: object) -> dict[str, object]:

@@ -15,7 +15,8 @@ session never ended. Line kinds, in the order they usually appear:
               says the change came after the probe had recorded the report
 * tampered    what: parts of the probe itself that the code under test replaced
 * finish      exitstatus, leaked, failing (ids whose report pytest made failing, xfail aside;
-              each must be reported failed or error, or a hook hid the failure)
+              each must be reported failed or error, or a hook hid the failure), unverified
+              (ids reported xfailed although the probe could not read pytest's xfail state)
 
 Under pytest-xdist the collection line comes after the reports (workers send it at the end).
 """
@@ -78,6 +79,7 @@ class ProbeData:
     # Ids the probe saw fail as pytest made their report (finish line), and what the code under
     # test replaced in the probe itself.
     failing: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
     tampered: list[str] = field(default_factory=list)
     # The outcome ("failed" or "error", by phase) of each failure a rewritten line reports.
     hidden: dict[str, str] = field(default_factory=dict)
@@ -239,10 +241,12 @@ def _read_finish(data: ProbeData, record: dict[str, Any]) -> None:
         raise TypeError("exitstatus must be an int")
     leaked = _strs(record.get("leaked", []))
     failing = _strs(record.get("failing", []))
+    unverified = _strs(record.get("unverified", []))
     data.session_finished = True
     data.pytest_status = status
     data.ledger.leaked = sorted(set(leaked))
     data.failing = sorted(set(failing))
+    data.unverified = sorted(set(unverified))
 
 
 _HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {

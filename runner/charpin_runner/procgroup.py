@@ -2,8 +2,8 @@
 
 The test command runs in a new session; when it ends (or at its deadline, or when charpin is
 asked to stop) the whole group is killed and reaped before the parent measures anything again.
-On Linux the CLI may also become a child subreaper (prctl), so a daemon that called setsid() is
-re-parented to charpin and can be killed too.
+On Linux the CLI may also become a child subreaper (become_subreaper), so a daemon that called
+setsid() is re-parented to charpin and can be killed too.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -23,13 +22,16 @@ from typing import Any
 from charpin_runner.errors import RunError
 from charpin_runner.interpret import Ending
 
+# The supervisor of each pin (pins/reaper.py) must not import charpin, so these live there.
+from charpin_runner.pins.reaper import become_subreaper as become_subreaper
+from charpin_runner.pins.reaper import kill_children, processes
+
 # Grace between SIGTERM and SIGKILL for a test command we are stopping.
 TERM_GRACE = 5.0
 # Shorter when charpin itself was asked to stop: the receipt still has to be written quickly.
 INTERRUPT_GRACE = 1.0
 # Upper bound on waiting for killed group members to disappear.
 _REAP_BOUND = 5.0
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 class StopFlag:
@@ -130,57 +132,15 @@ def group_alive(pgid: int) -> bool:
         except (ProcessLookupError, PermissionError):
             return False
         return True
-    return any(group == pgid and state not in "ZX" for _, _, group, state in _processes())
+    return any(group == pgid and state not in "ZX" for _, _, group, state in processes())
 
 
-def become_subreaper() -> bool:
-    """Linux: adopt orphaned descendants (PR_SET_CHILD_SUBREAPER), so that a daemon which
-    setsid()s out of the test's process group is re-parented to us and kill_adopted() finds it.
-    Only for a process that runs nothing else, i.e. the CLI. False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes  # here only: some minimal Pythons lack it
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (ImportError, OSError, AttributeError):
-        return False
-
-
-def kill_adopted(spare: Collection[int] = ()) -> None:
+def kill_adopted(spare: Collection[int] = ()) -> bool:
     """SIGKILL and reap every child of this process, repeatedly: each kill can orphan that
-    process's own children onto us. Bounded in time like kill_group. Children in spare (still
-    running work of this process, e.g. live pin supervisors) are left alone; the caller must keep
-    new children from appearing outside spare meanwhile."""
-    me = os.getpid()
-    until = time.monotonic() + _REAP_BOUND
-    while time.monotonic() < until:
-        children = [pid for pid, parent, _, _ in _processes() if parent == me and pid not in spare]
-        if not children:
-            return
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, os.WNOHANG)
-            except (ProcessLookupError, ChildProcessError, PermissionError):
-                pass
-        time.sleep(0.01)
-
-
-def _processes() -> Iterator[tuple[int, int, int, str]]:
-    """(pid, parent pid, process group, state letter) of every process visible in /proc."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may contain spaces and parentheses; fields resume after the last ')'.
-        fields = text.rsplit(")", 1)[-1].split()
-        if len(fields) > 2:
-            yield int(entry.name), int(fields[1]), int(fields[2]), fields[0]
+    process's own children onto us. Bounded in time like kill_group; True when none is left.
+    Children in spare (still running work of this process, e.g. live pin supervisors) are left
+    alone; the caller must keep new children from appearing outside spare meanwhile."""
+    return kill_children(spare, _REAP_BOUND)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -18,8 +18,7 @@ from typing import Any
 import charpin_runner
 from charpin_runner import config as config_mod
 from charpin_runner import gitstate, sandbox, seal
-from charpin_runner.errors import EXIT_INTERRUPTED, ConfigError, UsageError
-from charpin_runner.interpret import EXIT_CODES
+from charpin_runner.errors import ConfigError, UsageError
 from charpin_runner.procgroup import become_subreaper, stop_on_signals
 from charpin_runner.receipt import OUTCOMES, Receipt, dumps, write_atomic
 from charpin_runner.run_receipt import (
@@ -104,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"charpin: warning: {warning}", file=sys.stderr, flush=True)
     with stop_on_signals() as stop:
         receipt = produce(request, stop)
-        code = exit_status(receipt, stop.requested)
+        code = seal.runner_status(receipt, stop.requested)
         data = dumps(receipt)
         try:
             ensure_receipt_folder(repo, output.parent)
@@ -125,15 +124,6 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def exit_status(receipt: Receipt, interrupted: bool) -> int:
-    """The status `charpin receipt` exits with for receipt (sealed with it for the coordinator)."""
-    if interrupted:
-        return EXIT_INTERRUPTED
-    code = EXIT_CODES[receipt.exit.interpretation]
-    # Design §6: bit 2 means drift; a drifted or broken pin is drift whatever the tests did.
-    return code | 2 if pins_drifted(receipt) else code
-
-
 def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
     """What the tests may not write: the given paths, this interpreter's environment when it is
     a venv (on `local`, the coordinator's own) and the runner's code. The receipt itself needs
@@ -150,12 +140,6 @@ def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
         disposable=tuple(disposable),
         writable=(str(repo),),
     )
-
-
-def pins_drifted(receipt: Receipt) -> bool:
-    """True when pins were replayed and any of them did not pass."""
-    pins = receipt.pins
-    return pins.replayed and any(result.status != "passed" for result in pins.results)
 
 
 def inside_repo_warning(output: Path, repo: Path) -> str | None:

@@ -10,7 +10,6 @@ process started through something else (systemd-run, ssh, a container runtime) i
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -28,6 +27,9 @@ from charpin_runner import sandbox as sandbox_mod
 from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, DEFAULT_WATCH, CharpinConfig
 from charpin_runner.errors import CharpinError, ConfigError, RunError, UsageError
 from charpin_runner.interpret import Ending, interpret
+
+# Imported now, before any test runs: code read after the tests could be code they rewrote.
+from charpin_runner.pins.replay import replay_for_receipt
 from charpin_runner.probe import ProbeData, read_probe
 from charpin_runner.procgroup import StopFlag, kill_adopted, run_child
 from charpin_runner.receipt import (
@@ -336,12 +338,7 @@ def _replay_pins(request: Request, skip: bool) -> tuple[Pins, list[str]]:
     if skip or not request.replay_pins:
         return none, []
     try:
-        module = importlib.import_module("charpin_runner.pins.replay")
-        replay = module.replay_for_receipt
-    except (ImportError, AttributeError):
-        return none, []
-    try:
-        return cast(Pins, replay(request.repo, request.config, adopt=request.kill_adopted)), []
+        return replay_for_receipt(request.repo, request.config, adopt=request.kill_adopted), []
     except CharpinError as exc:
         # Recorded as one errored pin, so the Pin replay gate fails instead of seeing no pins.
         pins_file = request.config.pins.file

@@ -187,6 +187,21 @@ disable_test_id_escaping_and_forfeit_all_rights_to_community_support = true
 """
 
 
+def _run_env(tmp_path: Path, secrets: dict[str, str], **extra: str) -> dict[str, str]:
+    """This environment plus the secrets, with the checkout's packages and a private cache."""
+    env = dict(os.environ, **secrets, **extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")])
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    return env
+
+
+def _run_argv(repo: Path, out: Path, run_id: str, *extra: str) -> list[str]:
+    """`charpin-remote run` on the local and clean boxes of this machine."""
+    argv = [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo)]
+    argv += ["--hosts", "local,clean", "--out", str(out), "--run-id", run_id, "--timeout", "120"]
+    return [*argv, *extra]
+
+
 def _on_terminal(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, bytes]:
     """Run argv with stdout and stderr on a pseudo-terminal (rich tables, live progress)."""
     master, slave = os.openpty()
@@ -225,29 +240,10 @@ def test_run_keeps_no_secret_anywhere(tmp_path: Path) -> None:
         },
     )
     out = tmp_path / "runs"
-    env = dict(os.environ, **CANARIES)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")])
-    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    env["TERM"] = "xterm-256color"
+    env = _run_env(tmp_path, CANARIES, TERM="xterm-256color")
 
     def argv(run_id: str, *extra: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "charpin_coordinator",
-            "run",
-            "--repo",
-            str(repo),
-            "--hosts",
-            "local,clean",
-            "--out",
-            str(out),
-            "--run-id",
-            run_id,
-            "--timeout",
-            "120",
-            *extra,
-        ]
+        return _run_argv(repo, out, run_id, *extra)
 
     markdown, junit = tmp_path / "drift.md", tmp_path / "drift.xml"
     as_json = subprocess.run(
@@ -317,12 +313,8 @@ def test_receipt_that_masking_makes_invalid_still_leaks_nothing(tmp_path: Path) 
         {"pyproject.toml": NO_ID_ESCAPING, "tests/test_collide.py": COLLIDING_TEST},
     )
     out, markdown, junit = tmp_path / "runs", tmp_path / "drift.md", tmp_path / "drift.xml"
-    env = dict(os.environ, GITHUB_TOKEN=SECRET)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")])
-    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    argv = [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo)]
-    argv += ["--hosts", "local,clean", "--out", str(out), "--run-id", "r1", "--timeout", "120"]
-    argv += ["--json", "--markdown", str(markdown), "--junit", str(junit)]
+    argv = _run_argv(repo, out, "r1", "--json", "--markdown", str(markdown), "--junit", str(junit))
+    env = _run_env(tmp_path, {"GITHUB_TOKEN": SECRET})
     done = subprocess.run(argv, env=env, capture_output=True, timeout=300, check=False)
     report = json.loads(done.stdout)
     assert [box["label"] for box in report["boxes"]] == ["local", "clean"], done.stderr.decode()
@@ -338,3 +330,60 @@ def test_receipt_that_masking_makes_invalid_still_leaks_nothing(tmp_path: Path) 
         if form in blob
     ]
     assert leaks == []
+
+
+def test_a_secret_is_masked_as_the_reports_show_it() -> None:
+    """The reports' own escaping (\\xNN for controls, \\uNNNN for direction marks) is a form."""
+    from charpin_coordinator.render import shown
+
+    secret = "ab\tcd\u202eefgh"
+    redactor = Redactor({"A_TOKEN": secret})
+    assert shown(secret) == "ab\\x09cd\\u202eefgh"
+    assert redactor.data(f"id[{shown(secret)}]".encode()) == b"id[[redacted:A_TOKEN]]"
+
+
+def test_json_document_without_escapes_or_any_form_is_not_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a backslash every decoded string is a slice of the UTF-8 bytes, so no form in the
+    bytes means no form in any string: a 100,000-test receipt costs one scan per form."""
+    import charpin_coordinator.redact as redact
+
+    redactor = Redactor({"GITHUB_TOKEN": SECRET})
+    clean = json.dumps({"ids": [f"t.py::test_{n}" for n in range(100)]}).encode()
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise AssertionError("decoded a document that cannot hold a secret")
+
+    monkeypatch.setattr(redact.json, "loads", refuse)
+    assert redactor.json_document(clean) is clean
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        # A letter of the value as a \uXXXX escape: no form of it is in the bytes.
+        b'{"a": "x plain-se\\u0063ret-value"}',
+        # UTF-16: JSON readers accept it, and no UTF-8 form is in the bytes.
+        json.dumps({"a": "x plain-secret-value"}).encode("utf-16-le"),
+    ],
+    ids=["escaped", "utf-16"],
+)
+def test_json_document_still_decodes_what_bytes_alone_cannot_clear(doc: bytes) -> None:
+    redactor = Redactor({"A_TOKEN": "plain-secret-value"})
+    assert b"plain-secret-value" not in doc
+    assert json.loads(redactor.json_document(doc)) == {"a": "x [redacted:A_TOKEN]"}
+
+
+def test_a_secret_is_masked_as_the_runner_spells_a_file_name() -> None:
+    """A receipt's file names show an undecodable byte as \\xNN (charpin_runner printable)."""
+    secret = "ab\\cd\udcffefgh"  # a backslash and a byte that is not UTF-8
+    redactor = Redactor({"A_TOKEN": secret})
+    assert redactor.text("out-ab\\cd\\xffefgh") == "out-[redacted:A_TOKEN]"
+
+
+def test_a_secret_that_is_not_utf8_is_masked_not_a_crash() -> None:
+    """os.environ holds an undecodable byte as a surrogate; `run` builds its Redactor from it."""
+    redactor = Redactor.from_env({"A_TOKEN": "secret-\udcff-value"})
+    assert redactor.data(b"x secret-\xff-value") == b"x [redacted:A_TOKEN]"
+    assert redactor.data(b"x secret-%FF-value") == b"x [redacted:A_TOKEN]"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from charpin_coordinator.remote.hostcheck import check_host, check_hosts
-from charpin_coordinator.remote.hosts import BoxError, HostExtras, resolve_hosts
+from charpin_coordinator.remote.hosts import BoxError, HostExtras, HostSpec, resolve_hosts
 from charpin_coordinator.remote.ssh import open_box
 
-from tests.sshd import SshdFactory
+from tests.sshd import SshBox, SshdFactory
 
 pytestmark = pytest.mark.ssh
 
@@ -29,14 +29,28 @@ def test_alias_with_spaces_quotes_dollar_and_semicolon_connects(
         assert transport.run(["echo", "up"], timeout=10).stdout == b"up\n"
 
 
-def test_proxyjump_goes_through_the_jump_box(sshd_factory: SshdFactory, tmp_path: Path) -> None:
-    jump = sshd_factory(name="jump", options=["LogLevel=DEBUG1"])
-    target = sshd_factory(name="target", host="127.0.0.2")
+def _behind(jump: SshBox, target: SshBox, tmp_path: Path) -> HostSpec:
+    """target's spec, reached through `ProxyJump jump`."""
     config = tmp_path / "ssh_config"
     config.write_text(
         jump.ssh_config.read_text() + target.ssh_config.read_text() + "    ProxyJump jump\n"
     )
-    [spec] = resolve_hosts(["target"], ssh_config=config)
+    [spec] = resolve_hosts([target.alias], ssh_config=config)
+    return spec
+
+
+def _refused(spec: HostSpec) -> BoxError:
+    with pytest.raises(BoxError) as caught:
+        with open_box(spec):
+            pass
+    assert caught.value.kind == "host-key"
+    return caught.value
+
+
+def test_proxyjump_goes_through_the_jump_box(sshd_factory: SshdFactory, tmp_path: Path) -> None:
+    jump = sshd_factory(name="jump", options=["LogLevel=DEBUG1"])
+    target = sshd_factory(name="target", host="127.0.0.2")
+    spec = _behind(jump, target, tmp_path)
     assert [hop.name for hop in spec.proxy_jump] == ["jump"]
     with open_box(spec) as transport:
         assert transport.host_key_fingerprint == target.fingerprint
@@ -50,17 +64,9 @@ def test_jump_box_host_key_is_checked_too(sshd_factory: SshdFactory, tmp_path: P
     jump = sshd_factory(name="jump")
     target = sshd_factory(name="target")
     jump.known_hosts.write_text("")
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        jump.ssh_config.read_text() + target.ssh_config.read_text() + "    ProxyJump jump\n"
-    )
-    [spec] = resolve_hosts(["target"], ssh_config=config)
-    with pytest.raises(BoxError) as caught:
-        with open_box(spec):
-            pass
-    assert caught.value.kind == "host-key"
-    assert f"[127.0.0.1]:{jump.port} is not in known_hosts ({jump.known_hosts}" in str(caught.value)
-    assert jump.fingerprint in str(caught.value)
+    message = str(_refused(_behind(jump, target, tmp_path)))
+    assert f"[127.0.0.1]:{jump.port} is not in known_hosts ({jump.known_hosts}" in message
+    assert jump.fingerprint in message
 
 
 def test_revoked_jump_box_key_is_refused(sshd_factory: SshdFactory, tmp_path: Path) -> None:
@@ -68,16 +74,7 @@ def test_revoked_jump_box_key_is_refused(sshd_factory: SshdFactory, tmp_path: Pa
     target = sshd_factory(name="target")
     key = " ".join(jump.host_key_line.split()[1:3])
     jump.known_hosts.write_text(f"{jump.host_key_line}\n@revoked * {key}\n")
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        jump.ssh_config.read_text() + target.ssh_config.read_text() + "    ProxyJump jump\n"
-    )
-    [spec] = resolve_hosts(["target"], ssh_config=config)
-    with pytest.raises(BoxError) as caught:
-        with open_box(spec):
-            pass
-    assert caught.value.kind == "host-key"
-    assert str(caught.value) == (
+    assert str(_refused(_behind(jump, target, tmp_path))) == (
         f"target: host key for [127.0.0.1]:{jump.port} is REVOKED: {jump.fingerprint} is on the "
         f"@revoked line {jump.known_hosts}:2; refusing: the box needs a new host key (if the "
         "revocation is a mistake, delete that line)"

@@ -16,7 +16,7 @@ from charpin_coordinator.remote.hosts import BoxError, HostSpec, resolve_hosts
 from charpin_coordinator.remote.ssh import SshTransport, open_box
 from charpin_runner.errors import IntegrityError
 
-from tests.sshd import SshBox, SshdFactory
+from tests.sshd import SshBox, SshdFactory, _fingerprint
 
 pytestmark = pytest.mark.ssh
 
@@ -187,13 +187,7 @@ def _host_key(path: Path, kind: str) -> tuple[str, str]:
     """A fresh host key: (`type base64` of its public half, SHA256 fingerprint)."""
     subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True)
     pub = path.with_suffix(".pub")
-    listed = subprocess.run(
-        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return " ".join(pub.read_text().split()[:2]), listed.stdout.split()[1]
+    return " ".join(pub.read_text().split()[:2]), _fingerprint(pub)
 
 
 @pytest.mark.parametrize("known", ["ecdsa", "ed25519", "both"])

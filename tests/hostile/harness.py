@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from tests.sshd import SshBox
 BOX_KINDS = ["local", "clean", "ssh"]
 
 
-def repo_with(root: Path, files: dict[str, str], boxes: list[SshBox] = (), toml: str = "") -> Path:  # type: ignore[assignment]
+def repo_with(
+    root: Path, files: dict[str, str], boxes: Sequence[SshBox] = (), toml: str = ""
+) -> Path:
     """A committed repository; SSH boxes use this interpreter (it has pytest) as their python."""
     hosts = "".join(
         f'[tool.charpin.hosts.{json.dumps(b.alias)}]\npython = "{sys.executable}"\n' for b in boxes

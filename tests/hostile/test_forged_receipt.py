@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,35 @@ def _forged_json() -> str:
 
 @pytest.mark.parametrize("kind", BOX_KINDS)
 def test_a_planted_receipt_is_refused(kind: str, sshd_factory: Any, tmp_path: Path) -> None:
+    # --sandbox off: under bwrap the test cannot even see its parents' command lines (the next
+    # test), so the seal is what stands between a planted receipt and a clean report here.
+    code, report, mark = _attack(kind, "off", sshd_factory, tmp_path)
+    assert mark.exists(), "the attack did not reach the receipt path: nothing was tested"
+    refused = not_evaluated(report).get(report["_hosts"])
+    assert refused is not None and refused["kind"] == "receipt-refused", report
+    assert "seal" in refused["reason"]
+    assert code & 4 and code & 8, code
+
+
+@pytest.mark.parametrize("kind", BOX_KINDS)
+def test_under_bubblewrap_the_runner_is_out_of_sight(
+    kind: str, sshd_factory: Any, tmp_path: Path
+) -> None:
+    from charpin_runner.sandbox import bwrap_works
+
+    if not bwrap_works():
+        if os.environ.get("CHARPIN_REQUIRE_SANDBOX") == "1":
+            pytest.fail("CHARPIN_REQUIRE_SANDBOX=1 but bubblewrap is not usable here")
+        pytest.skip("bubblewrap is not usable here (apt-get install bubblewrap)")
+    code, report, mark = _attack(kind, "auto", sshd_factory, tmp_path)
+    assert not mark.exists()
+    assert not report["not_evaluated"], report
+    assert code & 1, code  # judged on real evidence: the test failed
+
+
+def _attack(
+    kind: str, sandbox: str, sshd_factory: Any, tmp_path: Path
+) -> tuple[int, dict[str, Any], Path]:
     hosts, boxes, ssh_config = host_for(kind, sshd_factory, tmp_path)
     mark = tmp_path / "forged-at"
     repo = repo_with(
@@ -82,16 +112,6 @@ def test_a_planted_receipt_is_refused(kind: str, sshd_factory: Any, tmp_path: Pa
         },
         boxes,
     )
-    code, report, _ = run(repo, hosts, ssh_config=ssh_config)
-    # The attack reached the receipt path (without a sandbox it can read its parent's argv) ...
-    sandboxed = not mark.exists()
-    refused = not_evaluated(report).get(hosts)
-    if sandboxed:
-        # ... or it could not even see the runner; either way the box is judged on real evidence.
-        assert refused is None, refused
-        assert code & 1, code
-    else:
-        assert refused is not None and refused["kind"] == "receipt-refused", report
-        assert "seal" in refused["reason"]
-        assert code & 4, code
-    assert code != 0
+    code, report, _ = run(repo, hosts, "--sandbox", sandbox, ssh_config=ssh_config)
+    report["_hosts"] = hosts
+    return code, report, mark

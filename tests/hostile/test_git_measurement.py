@@ -5,12 +5,15 @@ in a real repository; the attacking test passes, so only the measurement can cat
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import git, make_repo
-from tests.runner.test_receipt_cmd import charpin, only_receipt
+from tests.runner.test_receipt_cmd import charpin, charpin_env, only_receipt
 
 APP = "src/app.py"
 NODE = "tests/test_attack.py::test_attack"
@@ -18,7 +21,10 @@ HEADER = "import os, pathlib, shutil, subprocess\n\n\ndef git(*args):\n"
 HEADER += "    subprocess.run(['git', *args], check=True, capture_output=True)\n\n\n"
 
 
-def attack(tmp_path: Path, body: str) -> tuple[int, dict[str, Any], Path]:
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def attack(tmp_path: Path, body: str, run: Runner = charpin) -> tuple[int, dict[str, Any], Path]:
     """Commit a repository whose one test runs body, take a receipt; (exit, receipt, repo)."""
     repo = make_repo(
         tmp_path / "repo",
@@ -28,7 +34,7 @@ def attack(tmp_path: Path, body: str) -> tuple[int, dict[str, Any], Path]:
             "tests/test_attack.py": HEADER + "def test_attack():\n" + body,
         },
     )
-    result = charpin(repo, "--no-pins")
+    result = run(repo, "--no-pins")
     receipt = only_receipt(repo)
     # The attack itself went through: the test passed, so a plain receipt would say ok.
     assert receipt["outcomes"] == {NODE: "passed"}, result.stderr
@@ -190,3 +196,52 @@ def test_hooks_planted_through_core_hooks_path_never_run(tmp_path: Path) -> None
     assert code == 2
     assert receipt["tree"]["written"] == [APP]
     incomplete_because(receipt, "core.hookspath", ".git/hooks/post-index-change")
+
+
+def charpin_budget_2s(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`charpin receipt ARGS` with each git measurement given 2 seconds instead of minutes."""
+    code = (
+        "import sys; from charpin_runner import gitstate; gitstate.MEASURE_SECONDS = 2.0; "
+        "from charpin_runner.cli import main; raise SystemExit(main(['receipt', *sys.argv[1:]]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=repo,
+        env=charpin_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_fifo_planted_in_git_stops_the_measurement_not_the_receipt(tmp_path: Path) -> None:
+    code, receipt, _repo = attack(
+        tmp_path,
+        "    os.mkfifo('.git/packed-refs')\n"
+        "    os.makedirs('.git/objects/info', exist_ok=True)\n"
+        "    os.mkfifo('.git/objects/info/alternates')\n",
+        run=charpin_budget_2s,
+    )
+    assert code == 2
+    assert receipt["identity"]["head_after"] == "unresolved"
+    incomplete_because(receipt, "did not finish within 2 s")
+
+
+def test_a_partial_clone_lazy_fetch_never_runs_in_the_parent(tmp_path: Path) -> None:
+    script, _ = trap(tmp_path, "fetch")
+    upstream = tmp_path / "up.git"
+    code, receipt, _repo = attack(
+        tmp_path,
+        f"    git('clone', '-q', '--bare', '.', {str(upstream)!r})\n"
+        "    git('config', 'core.repositoryformatversion', '1')\n"
+        "    git('config', 'extensions.partialClone', 'origin')\n"
+        f"    git('config', 'remote.origin.url', {str(upstream)!r})\n"
+        "    git('config', 'remote.origin.promisor', 'true')\n"
+        f"    git('config', 'remote.origin.uploadpack', {str(script)!r})\n"
+        "    head = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True)\n"
+        "    os.remove(os.path.join('.git', 'objects', head.stdout[:2], head.stdout[2:].strip()))\n",
+    )
+    no_attacker_code_ran(tmp_path, "fetch")
+    assert code == 2
+    incomplete_because(receipt, "git cannot resolve HEAD")

@@ -7,6 +7,8 @@ Each attack is a real git history made with git in tmp_path and judged by the re
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +38,7 @@ def repo(tmp_path: Path) -> Path:
     )
 
 
-def guard(repo: Path, *args: str) -> tuple[int, str]:
+def guard(repo: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     done = subprocess.run(
         [sys.executable, "-m", "charpin_runner", "guard", *args],
         cwd=repo,
@@ -44,6 +46,7 @@ def guard(repo: Path, *args: str) -> tuple[int, str]:
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
     return done.returncode, done.stdout + done.stderr
 
@@ -61,6 +64,8 @@ def commit(repo: Path, message: str, files: dict[str, str], links: dict[str, str
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_symlink() or path.is_file():
             path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
         os.symlink(target, path)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message)
@@ -184,29 +189,46 @@ def test_staged_symlink_at_pins_is_refused_on_its_own(repo: Path) -> None:
     assert "    pins.jsonl -> data/p.jsonl" in out
 
 
-def test_a_symlinked_parent_folder_of_the_cases_is_followed(repo: Path) -> None:
-    commit(repo, "copy cases", {"store/cases/a/argv.json": '["app.py"]\n'})
-    git(repo, "rm", "-q", "-r", "qa")
-    link = commit(repo, "link qa", {}, {"qa": "store"})
-    commit(repo, "sneak", {"store/cases/a/argv.json": "[]\n", "app.py": "print('v2')\n"})
+@pytest.mark.parametrize(
+    ("real", "links", "sneak", "followed"),
+    [
+        pytest.param(  # a parent folder of the cases
+            {"store/cases/a/argv.json": '["app.py"]\n'},
+            {"qa": "store"},
+            {"store/cases/a/argv.json": "[]\n"},
+            "store/cases/a/argv.json (protected through symlink qa)",
+            id="cases-folder",
+        ),
+        pytest.param(  # a link inside a case folder makes its target part of the case
+            {"lib/argv.json": '["app.py"]\n'},
+            {"qa/cases/a/argv.json": "../../../lib/argv.json"},
+            {"lib/argv.json": "[]\n"},
+            "lib/argv.json (protected through symlink qa/cases/a/argv.json)",
+            id="inside-a-case",
+        ),
+        pytest.param(  # [tool.charpin] edited through the real file
+            {"config/pp.toml": PYPROJECT},
+            {"pyproject.toml": "config/pp.toml"},
+            {"config/pp.toml": PYPROJECT.replace('"qa/cases"', '"qa/other"')},
+            "config/pp.toml (protected through symlink pyproject.toml)",
+            id="pyproject",
+        ),
+    ],
+)
+def test_a_protected_path_behind_a_symlink_is_refused_then_followed(
+    repo: Path, real: dict[str, str], links: dict[str, str], sneak: dict[str, str], followed: str
+) -> None:
+    commit(repo, "copy the real files", real)
+    link = commit(repo, "link", {}, links)
+    commit(repo, "sneak", {**sneak, "app.py": "print('v2')\n"})
 
     code, out = guard(repo, "--range", f"{link}~1..{link}")
-    assert code == 2 and "    qa -> store" in out, out
+    named = [f"    {rel} -> {target}" for rel, target in links.items()]
+    assert code == 2 and all(line in sections(out)[2] for line in named), out
     code, out = guard(repo, "--range", f"{link}..HEAD")
     assert code == 2, out
-    assert "    store/cases/a/argv.json (protected through symlink qa)" in sections(out)[0]
-
-
-def test_a_symlink_inside_a_case_folder_protects_its_target(repo: Path) -> None:
-    commit(repo, "case data in lib", {"lib/argv.json": '["app.py"]\n'})
-    link = commit(repo, "case via link", {}, {"qa/cases/a/argv.json": "../../../lib/argv.json"})
-    commit(repo, "sneak", {"lib/argv.json": "[]\n", "app.py": "print('v2')\n"})
-
-    code, out = guard(repo, "--range", f"{link}~1..{link}")
-    assert code == 2 and "    qa/cases/a/argv.json -> ../../../lib/argv.json" in out, out
-    code, out = guard(repo, "--range", f"{link}..HEAD")
-    assert code == 2, out
-    assert "lib/argv.json (protected through symlink qa/cases/a/argv.json)" in out
+    assert f"    {followed}" in sections(out)[0]
+    assert "    app.py" in sections(out)[1]
 
 
 def test_adding_a_symlink_that_points_at_the_pins_is_named(repo: Path) -> None:
@@ -275,3 +297,80 @@ def test_unrelated_symlinks_change_nothing(repo: Path) -> None:
     code, out = guard(repo, "--range", f"{base}..HEAD")
     assert code == 0, out
     assert "ok, 3 commit(s)" in out
+
+
+# --- the repository's own config runs nothing (CI checks branches nobody has reviewed) ----------
+
+
+def _trap(tmp_path: Path) -> tuple[Path, Path]:
+    """A program that records that it ran; (program, record)."""
+    record = tmp_path / "attacker-ran"
+    program = tmp_path / "trap.sh"
+    program.write_text(f'#!/bin/sh\necho "$0 $*" >> {shlex.quote(str(record))}\nexit 1\n')
+    program.chmod(0o755)
+    return program, record
+
+
+def _signed_looking_commit(repo: Path) -> str:
+    """A commit carrying a gpgsig header, so log.showSignature makes git run gpg.program."""
+    body = (
+        f"tree {git(repo, 'rev-parse', 'HEAD^{tree}')}\nparent {head(repo)}\n"
+        "author a <a@b.invalid> 1 +0000\ncommitter a <a@b.invalid> 1 +0000\n"
+        "gpgsig -----BEGIN PGP SIGNATURE-----\n \n xx\n -----END PGP SIGNATURE-----\n\nsigned\n"
+    )
+    made = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "-t", "commit", "-w", "--stdin"],
+        input=body,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    git(repo, "update-ref", "HEAD", made)
+    return made
+
+
+def test_the_repositorys_config_runs_nothing_during_guard_range(repo: Path, tmp_path: Path) -> None:
+    program, record = _trap(tmp_path)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    for name in ("pre-commit", "post-checkout", "reference-transaction", "post-index-change"):
+        shutil.copy(program, hooks / name)
+    base = head(repo)
+    commit(repo, "code", {"app.py": "print('v2')\n"})
+    commit(repo, "pins", {"pins.jsonl": "{}\n"})
+    signed = _signed_looking_commit(repo)
+    git(repo, "config", "core.fsmonitor", str(program))
+    git(repo, "config", "core.hooksPath", str(hooks))
+    git(repo, "config", "log.showSignature", "true")
+    git(repo, "config", "gpg.program", str(program))
+    # The traps are live: git with this config runs them for the very commands the guard uses.
+    git(repo, "diff-tree", "-r", "--name-status", f"{signed}~1", signed)
+    git(repo, "log", "-1", "--format=%s", signed)
+    assert len(record.read_text().splitlines()) >= 2
+    record.unlink()
+
+    code, out = guard(repo, "--range", f"{base}..HEAD")
+
+    assert code == 0, out
+    assert "ok, 3 commit(s)" in out
+    assert not record.exists(), record.read_text()
+
+
+def test_a_checkout_owned_by_another_user_is_read_only_where_the_user_trusts_it(
+    repo: Path, tmp_path: Path
+) -> None:
+    base = head(repo)
+    commit(repo, "code", {"app.py": "print('v2')\n"})
+    user_config = tmp_path / "gitconfig"
+    # git's own test switch: every repository looks owned by someone else (a CI container).
+    env = {
+        **os.environ,
+        "GIT_TEST_ASSUME_DIFFERENT_OWNER": "1",
+        "GIT_CONFIG_GLOBAL": str(user_config),
+    }
+    user_config.write_text("")
+    code, out = guard(repo, "--range", f"{base}..HEAD", env=env)
+    assert code != 0 and "not inside a git work tree" in out, out
+    user_config.write_text(f"[safe]\n\tdirectory = {repo}\n")
+    code, out = guard(repo, "--range", f"{base}..HEAD", env=env)
+    assert code == 0, out

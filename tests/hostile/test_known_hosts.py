@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from charpin_coordinator.remote.hosts import BoxError, HostSpec, resolve_hosts
 from charpin_coordinator.remote.ssh import open_box
 
 from tests.hostile.harness import not_evaluated, repo_with, run
-from tests.sshd import SshBox, SshdFactory
+from tests.sshd import SshBox, SshdFactory, _fingerprint, _keygen
 
 pytestmark = pytest.mark.ssh
 
@@ -23,18 +24,9 @@ PASSING = {"tests/test_ok.py": "def test_ok():\n    pass\n"}
 
 def _new_key(path: Path) -> tuple[str, str]:
     """A fresh ed25519 public key as `type base64`, and its SHA256 fingerprint."""
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30
-    )
+    _keygen(path)
     pub = path.with_suffix(".pub")
-    listed = subprocess.run(
-        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return " ".join(pub.read_text().split()[:2]), listed.stdout.split()[1]
+    return " ".join(pub.read_text().split()[:2]), _fingerprint(pub)
 
 
 def _spec(box: SshBox) -> HostSpec:
@@ -257,3 +249,43 @@ def test_marker_lines_parse_as_openssh_reads_them(tmp_path: Path) -> None:
     assert parse_line("kh", 8, f"@cert-authority * {key}") is None
     assert parse_line("kh", 9, "   # a comment") is None
     assert parse_line("kh", 10, "") is None
+
+
+def test_notes_reach_the_user_once_on_stderr_one_line_each(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    # No coordinator CLI configures logging: the notes reach stderr as their bare message through
+    # logging's last-resort handler. This pins that, through the real CLI and two boxes whose
+    # ssh_config names one known_hosts file.
+    one = sshd_factory(name="one", alias="one")
+    two = sshd_factory(name="two", alias="two")
+    ca_key, _ = _new_key(tmp_path / "ca")
+    shared = one.known_hosts
+    shared.write_text(
+        f"@cert-authority *.example.com {ca_key}\n"
+        "broken-line\n"
+        f"{one.host_key_line}\n{two.host_key_line}\n"
+    )
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        one.ssh_config.read_text()
+        + two.ssh_config.read_text().replace(str(two.known_hosts), str(shared))
+    )
+    argv = ["hosts", "check", "--hosts", "one,two", "--ssh-config", str(config)]
+    done = subprocess.run(
+        [sys.executable, "-m", "charpin_coordinator", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    notes = [line for line in done.stderr.splitlines() if "known_hosts" in line or "@cert" in line]
+    assert notes == [
+        f"charpin-remote: note: {shared}:1: skipped an @cert-authority line: host certificates "
+        "are not supported; list the box's own host key to trust it",
+        f"charpin-remote: note: {shared}:2: skipped a malformed known_hosts line (expected host "
+        "names, a key type and a base64 key); fix or delete it",
+    ], done.stderr
+    assert "Traceback" not in done.stderr
+    assert "[one]" in done.stdout + done.stderr and "[two]" in done.stdout + done.stderr

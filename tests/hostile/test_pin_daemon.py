@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -12,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git, make_repo
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.runner.test_receipt_cmd import charpin_env
 
 TARGET = '''
 import os, sys, time
@@ -32,11 +30,9 @@ if os.path.exists({arm!r}):
 
 
 def _charpin(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["PYTHONPATH"] = str(ROOT / "runner")
     return subprocess.run(
         [sys.executable, "-m", "charpin_runner", *args],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=repo, env=charpin_env(), capture_output=True, text=True, timeout=120, check=False,
     )
 
 

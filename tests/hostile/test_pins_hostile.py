@@ -1,5 +1,6 @@
 """Attacks by pin targets on `charpin pins`: daemons that outlive the pin, a target that kills its
-supervisor, output floods, a FIFO in the output folder; and the modes of the files record writes.
+supervisor or forges its report, one that rewrites the supervisor's code, output floods, a FIFO in
+the output folder; and the modes of the files record writes.
 
 Everything runs the real `charpin pins` CLI as a subprocess (it becomes a child subreaper, which
 must not happen to the pytest process) on real programs in a real git repository.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,11 +23,41 @@ ROOT = Path(__file__).resolve().parents[2]
 # Double-forks a daemon (setsid, stdio on /dev/null) when ARM exists. The target waits until the
 # daemon has started, writes its pid to PIDFILE and exits; the daemon writes into the repository
 # one second later. KILL_PARENT: the target first SIGKILLs its own parent (charpin's supervisor).
+# FORGE: before that, it reopens through /proc every channel its supervisor holds beyond stdio,
+# and charpin's end of those and every socket charpin holds, writes a report saying "exited 0,
+# everything killed" into those it can open, and counts them into FORGED.
 DAEMON = """
 import os, signal, sys, time
 print("hello")
 sys.stdout.flush()
 if os.path.exists({arm!r}):
+    if {forge!r}:
+        parent = os.getppid()
+        with open(f"/proc/{{parent}}/stat") as handle:
+            grandparent = int(handle.read().rsplit(")", 1)[-1].split()[1])
+        links = {{}}
+        for name in os.listdir(f"/proc/{{parent}}/fd"):
+            if int(name) > 2:
+                links[f"/proc/{{parent}}/fd/{{name}}"] = os.readlink(f"/proc/{{parent}}/fd/{{name}}")
+        for name in os.listdir(f"/proc/{{grandparent}}/fd"):
+            path = f"/proc/{{grandparent}}/fd/{{name}}"
+            try:
+                link = os.readlink(path)
+                if link in links.values() or link.startswith("socket:"):
+                    links[path] = ""
+            except OSError:
+                pass
+        forged = 0
+        for path in links:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            os.write(fd, b"exit 0\\nswept\\n")
+            os.close(fd)
+            forged += 1
+        with open({forged!r}, "w") as handle:
+            handle.write(str(forged))
     if {kill_parent!r}:
         os.kill(os.getppid(), signal.SIGKILL)
     r, w = os.pipe()
@@ -83,12 +115,21 @@ else:
     print("small")
 """
 
+# Appends LINE to the supervisor's source file SUPERVISOR when ARM exists.
+PLANT = """
+import os
+print("hi")
+if os.path.exists({arm!r}):
+    with open({supervisor!r}, "a") as handle:
+        handle.write({line!r})
+"""
+
 
 def _charpin(
-    repo: Path, *args: str, umask: int = 0o022, timeout: float = 300
+    repo: Path, *args: str, umask: int = 0o022, timeout: float = 300, runner: Path = ROOT / "runner"
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["PYTHONPATH"] = str(ROOT / "runner")
+    env["PYTHONPATH"] = str(runner)
     return subprocess.run(
         [sys.executable, "-m", "charpin_runner", "pins", args[0], "--repo", str(repo), *args[1:]],
         cwd=repo,
@@ -110,10 +151,12 @@ def _gone(pid: int) -> bool:
     return text.rsplit(")", 1)[-1].split()[0] in "ZX"
 
 
-def _daemon_repo(tmp_path: Path, kill_parent: bool) -> Path:
+def _daemon_repo(tmp_path: Path, kill_parent: bool, forge: bool = False) -> Path:
     tool = DAEMON.format(
         arm=str(tmp_path / "arm"),
         kill_parent=kill_parent,
+        forge=forge,
+        forged=str(tmp_path / "forged"),
         planted=str(tmp_path / "repo" / "planted.py"),
         pidfile=str(tmp_path / "daemon-pid"),
     )
@@ -152,11 +195,48 @@ def test_a_target_that_kills_its_supervisor_still_loses_its_daemon(tmp_path: Pat
     assert "DRIFT helper" not in done.stdout
 
 
+def test_a_target_cannot_forge_its_supervisors_report(tmp_path: Path) -> None:
+    # Were the report a pipe, the target would reopen it through /proc, write "exit 0, swept",
+    # kill its supervisor, and the pin would pass with its daemon still alive.
+    repo = _daemon_repo(tmp_path, kill_parent=True, forge=True)
+    done = _charpin(repo, "check", "--jobs", "2")
+    time.sleep(2.0)
+    assert not (repo / "planted.py").exists(), done.stdout + done.stderr
+    assert _gone(int((tmp_path / "daemon-pid").read_text()))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "supervisor died before the target ended" in done.stdout
+    assert (tmp_path / "forged").read_text() == "0"
+
+
+def test_a_pin_cannot_rewrite_the_supervisor_of_later_pins(tmp_path: Path) -> None:
+    # The runner's files are the user's, so a target can rewrite them; charpin itself has read
+    # them already, and so must every supervisor it starts later in the same run.
+    runner = tmp_path / "runner"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "runner" / "charpin_runner", runner / "charpin_runner", ignore=ignore)
+    supervisor = runner / "charpin_runner" / "pins" / "reaper.py"
+    ran = tmp_path / "planted-supervisor-ran"
+    tool = PLANT.format(
+        arm=str(tmp_path / "arm"), supervisor=str(supervisor), line=f"\nopen({str(ran)!r}, 'w')\n"
+    )
+    repo = make_repo(tmp_path / "repo", {"a_plants.py": tool, "b_later.py": "print('b')\n"})
+    for pin in ("a_plants", "b_later"):
+        done = _charpin(repo, "record", "--id", pin, "--", f"{pin}.py", runner=runner)
+        assert done.returncode == 0, done.stderr
+    (tmp_path / "arm").write_text("")
+    done = _charpin(repo, "check", "--jobs", "1", runner=runner)
+    assert str(ran) in supervisor.read_text()  # the target did rewrite it
+    assert not ran.exists()
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_a_pin_daemon_is_dead_when_pins_record_returns(tmp_path: Path) -> None:
     (tmp_path / "arm").write_text("")
     tool = DAEMON.format(
         arm=str(tmp_path / "arm"),
         kill_parent=False,
+        forge=False,
+        forged="",
         planted=str(tmp_path / "repo" / "planted.py"),
         pidfile=str(tmp_path / "daemon-pid"),
     )

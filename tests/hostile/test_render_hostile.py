@@ -14,7 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from charpin_coordinator.drift import build_report
-from charpin_coordinator.remote.display import LiveProgress
+from charpin_coordinator.remote.display import LiveProgress, PlainProgress
 from charpin_coordinator.remote.junit import to_junit
 from charpin_coordinator.render import render_markdown, render_text
 from charpin_coordinator.report import DriftReport, NotEvaluated, map_strings
@@ -222,3 +222,20 @@ def test_a_newline_in_a_node_id_cannot_add_a_line_to_a_rendered_diff() -> None:
         assert "\nGATES: all PASS" not in out
         assert "+tests/test_a.py::test_n[x\\x0aGATES: all PASS]" in out
     assert "--- base/collected" in md.splitlines()  # the diff itself keeps its lines
+
+
+# Tab and the right-to-left override: \xNN for one, \uNNNN for the other, in every display.
+REORDERING_ALIAS = "box\t\u202eevil"
+
+
+def test_every_display_escapes_the_same_characters() -> None:
+    stream = io.StringIO()
+    PlainProgress([REORDERING_ALIAS], stream).phase(REORDERING_ALIAS, "connect")
+    live = _terminal(LiveProgress([REORDERING_ALIAS])._table())
+    report = build_report([(REORDERING_ALIAS, _with_ids(REORDERING_ALIAS, list(IDS)))])
+    shown = "box\\x09\\u202eevil"
+    assert stream.getvalue().startswith(f"[{shown}] connect")
+    assert shown in live
+    assert shown in render_text(report, color=False)
+    for out in (stream.getvalue(), live, render_text(report, color=False)):
+        assert "\u202e" not in out

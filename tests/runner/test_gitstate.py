@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
@@ -508,3 +509,135 @@ def test_a_head_naming_a_missing_commit_raises(repo: Path) -> None:
     (repo / ".git" / "HEAD").write_text("0" * 40 + "\n")
     with pytest.raises(RunError, match="git cannot resolve HEAD"):
         gitstate.read_state(repo)
+
+
+# --- names, hangs, code and objects the run could plant ---------------------------------------
+
+
+def test_escaped_names_are_sorted_and_never_collide(tmp_path: Path) -> None:
+    # A name spelt `a\xff` (tracked) and one ending in byte 0xff (untracked) must stay two paths.
+    literal = "a\\xff"
+    repo = make_repo(tmp_path / "r", {literal: "one\n", "ab": "b\n"})
+    (repo / os.fsdecode(b"a\xff")).write_text("byte\n")
+    before = gitstate.read_state(repo)
+    assert before.dirty == ["a\\xff"]  # the byte, escaped
+    (repo / literal).write_text("two\n")
+    (repo / "ab").write_text("c\n")
+    (repo / "back\\slash").write_text("s\n")
+    after = gitstate.read_state(repo, before)
+    # Only a backslash that would read as an escape is doubled; `back\slash` stays as it was.
+    assert after.dirty == ["a\\\\xff", "a\\xff", "ab", "back\\slash"]
+    assert after.dirty == sorted(after.dirty)
+    # The edit of the tracked file is not hidden behind the untracked one of the same spelling.
+    assert gitstate.written_paths(before, after) == ["a\\\\xff", "ab", "back\\slash"]
+
+
+@pytest.mark.parametrize("name", ["objects/info/alternates", "packed-refs", "config"])
+def test_a_fifo_in_the_git_directory_is_an_error_not_a_hang(
+    repo: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gitstate, "MEASURE_SECONDS", 1.0)
+    target = repo / ".git" / name
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)
+    with pytest.raises(RunError, match="did not finish within 1 s"):
+        gitstate.read_state(repo)
+
+
+def test_a_partial_clone_lazy_fetch_never_runs(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    script = tmp_path / "upload-pack.sh"
+    script.write_text(f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
+    script.chmod(0o755)
+    upstream = tmp_path / "up.git"
+    git(repo, "clone", "-q", "--bare", str(repo), str(upstream))
+    head = git(repo, "rev-parse", "HEAD")
+    for key, value in {
+        "core.repositoryformatversion": "1",
+        "extensions.partialClone": "origin",
+        "remote.origin.url": str(upstream),
+        "remote.origin.promisor": "true",
+        "remote.origin.uploadpack": str(script),
+    }.items():
+        git(repo, "config", key, value)
+    (repo / ".git" / "objects" / head[:2] / head[2:]).unlink()
+    with pytest.raises(RunError, match="git cannot resolve HEAD"):
+        gitstate.read_state(repo)
+    assert not marker.exists()
+    # The trap was real: the user's own git runs it while looking for the commit.
+    subprocess.run(["git", "-C", str(repo), "log", "-1"], capture_output=True, check=False)
+    assert marker.exists()
+
+
+def forge_tree(repo: Path, folder: str, path: str) -> None:
+    """Rewrite the loose tree object of HEAD:folder so that it names path's current content."""
+    tree = git(repo, "rev-parse", f"HEAD:{folder}")
+    old = bytes.fromhex(git(repo, "rev-parse", f"HEAD:{path}"))
+    new = bytes.fromhex(git(repo, "hash-object", "-w", path))
+    body = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "tree", tree], capture_output=True, check=True
+    ).stdout.replace(old, new)
+    loose = repo / ".git" / "objects" / tree[:2] / tree[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(zlib.compress(b"tree %d\0" % len(body) + body))
+
+
+def test_a_rewritten_tree_object_does_not_hide_an_edit(repo: Path) -> None:
+    before = gitstate.read_state(repo)
+    (repo / "dir" / "c.txt").write_text("edited\n")
+    forge_tree(repo, "dir", "dir/c.txt")
+    after = gitstate.read_state(repo, before)
+    assert after.tree == before.tree
+    assert after.dirty == ["dir/c.txt"]
+    assert gitstate.written_paths(before, after) == ["dir/c.txt"]
+
+
+def test_safe_git_ignores_the_callers_git_variables_and_global_config(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = from-global\n")
+    git(repo, "config", "core.hooksPath", str(tmp_path))
+    blob = git(repo, "rev-parse", "HEAD:a.txt")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'core.fsmonitor'='evil'")
+    assert gitstate.safe_git(["config", "user.name"], repo).stdout == b""
+    assert gitstate.safe_git(["config", "core.hooksPath"], repo).stdout == b"/dev/null\n"
+    assert gitstate.safe_git(["config", "core.fsmonitor"], repo).stdout == b"false\n"
+    hashed = gitstate.safe_git(["hash-object", "--stdin-paths"], repo, input=b"a.txt\n")
+    assert hashed.stdout.decode().strip() == blob
+
+
+def test_safe_git_has_a_deadline(repo: Path) -> None:
+    os.mkfifo(repo / ".git" / "packed-refs.fifo")
+    (repo / ".git" / "packed-refs").unlink(missing_ok=True)
+    os.rename(repo / ".git" / "packed-refs.fifo", repo / ".git" / "packed-refs")
+    with pytest.raises(RunError, match="did not finish within 1 s"):
+        gitstate.safe_git(["rev-parse", "HEAD"], repo, timeout=1)
+
+
+def test_a_checkout_owned_by_another_user_is_measured_where_the_user_trusts_it(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI containers check out as one user and run as another; the user's global safe.directory
+    # must keep working although measurement git reads no global config.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the checkout to another user (CI runs as root)")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    subprocess.run(["chown", "-R", "65534", str(repo)], check=True)
+    gitstate.user_safe_directories.cache_clear()
+    with pytest.raises(UsageError, match=r"owned by another user.*safe\.directory"):
+        gitstate.find_toplevel(repo)
+    subprocess.run(["git", "config", "--global", "--add", "safe.directory", str(repo)], check=True)
+    gitstate.user_safe_directories.cache_clear()
+    try:
+        (repo / "a.txt").write_text("edited\n")
+        assert gitstate.find_toplevel(repo) == Path(os.path.realpath(repo))
+        assert gitstate.read_state(repo).dirty == ["a.txt"]
+    finally:
+        gitstate.user_safe_directories.cache_clear()

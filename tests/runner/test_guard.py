@@ -202,16 +202,6 @@ def test_documentation_is_a_name_at_a_documentation_place(path: str, doc: bool) 
     assert is_doc(path) is doc
 
 
-def test_a_markdown_file_next_to_code_counts_as_code(
-    repo: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    base = git(repo, "rev-parse", "HEAD")
-    _commit(repo, "template and pins", {"billing/invoice.md": "{total}\n", "pins.jsonl": "[]\n"})
-    code, out = _guard(repo, capsys, "--range", f"{base}..HEAD")
-    assert code == 2
-    assert "    billing/invoice.md" in out.partition("production code:")[2]
-
-
 def test_a_merge_of_a_well_split_branch_is_accepted(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

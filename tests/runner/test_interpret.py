@@ -130,6 +130,13 @@ TABLE: list[tuple[str, Ending, ProbeData, Interpretation, str]] = [
         "exit status 0 but 1 test(s) failed or errored (t.py::b): the exit status was masked",
     ),
     (
+        "xfail the probe could not verify",
+        Ending(0),
+        probe(unverified=["t.py::x"]),
+        "incomplete",
+        "cannot verify that pytest itself made t.py::x xfailed",
+    ),
+    (
         "probe tampered with",
         Ending(0),
         probe(tampered=["Probe.out (the record's file handle)"]),

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import charpin_runner
 import pytest
+import xdist  # noqa: F401  (a required test dependency: its absence must fail, never skip)
 from charpin_runner.probe import ProbeData, read_probe
 from charpin_runner.receipt import Deselected, Widening
-
-pytest.importorskip("xdist")
 
 RUNNER_DIR = str(Path(charpin_runner.__file__).resolve().parent.parent)
 PLUGIN = ("-p", "charpin_runner.plugin", "-p", "no:cacheprovider", "-p", "xdist", "-n", "2")

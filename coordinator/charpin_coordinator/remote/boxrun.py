@@ -18,7 +18,6 @@ from typing import Any, get_args
 
 from charpin_runner import seal
 from charpin_runner.errors import EXIT_INTERRUPTED, CharpinError, IntegrityError
-from charpin_runner.interpret import EXIT_CODES
 from charpin_runner.receipt import Receipt
 
 from charpin_coordinator.receipts import load_receipt
@@ -452,11 +451,11 @@ def decode_sealed(
                 f"{source}: the runner exited {exit_code} but sealed {code}; the receipt is refused"
             )
         receipt = load_receipt(raw, source=source, max_bytes=MAX_RECEIPT_BYTES)
-        expected = EXIT_CODES[receipt.exit.interpretation]
-        if code not in (expected, expected | 2, EXIT_INTERRUPTED):
+        expected = seal.runner_status(receipt, interrupted=code == EXIT_INTERRUPTED)
+        if code != expected:
             raise IntegrityError(
-                f"{source}: the runner sealed exit {code}, which does not match its "
-                f"interpretation {receipt.exit.interpretation!r}; the receipt is refused"
+                f"{source}: the runner sealed exit {code}, but its receipt "
+                f"({receipt.exit.interpretation}) means {expected}; the receipt is refused"
             )
         return receipt
     except IntegrityError as exc:

@@ -14,15 +14,12 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import IO, TYPE_CHECKING
 
+# An alias with ESC, a newline or a direction mark must not repaint or reorder the terminal:
+# it is shown escaped, exactly as in the reports.
+from charpin_coordinator.render import shown
+
 if TYPE_CHECKING:
     from rich.table import Table
-
-# An alias with ESC or a newline must not repaint the terminal (shown as \xNN, as in reports).
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
-
-
-def _shown(label: str) -> str:
-    return label.translate(_CONTROLS)
 
 
 class Progress:
@@ -74,7 +71,7 @@ class PlainProgress(Progress):
         self._stream = stream or sys.stderr
 
     def _show(self, label: str, name: str, elapsed: float) -> None:
-        print(f"[{_shown(label)}] {name} ({elapsed:.1f}s)", file=self._stream, flush=True)
+        print(f"[{shown(label)}] {name} ({elapsed:.1f}s)", file=self._stream, flush=True)
 
 
 class LiveProgress(Progress):
@@ -105,7 +102,7 @@ class LiveProgress(Progress):
         for label, name, elapsed in self.rows():
             style = {"done": "green", "not evaluated": "red"}.get(name, "")
             # Text, not str: rich would read `[...]` in an alias as markup.
-            table.add_row(Text(_shown(label)), Text(name), Text(f"{elapsed:.1f}s"), style=style)
+            table.add_row(Text(shown(label)), Text(name), Text(f"{elapsed:.1f}s"), style=style)
         return table
 
     def __enter__(self) -> Progress:

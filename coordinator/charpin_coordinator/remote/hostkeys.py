@@ -3,14 +3,19 @@
 Host-key trust for SSH boxes. known_hosts files are parsed here line by line, as sshd(8)
 "SSH_KNOWN_HOSTS FILE FORMAT" describes them (markers, hashed `|1|` names, `[host]:port`, comma
 lists, `*`/`?` wildcards, `!` negations), not by paramiko's HostKeys, which raises InvalidHostKey
-on marker lines and knows neither wildcards nor @revoked. paramiko is given no keys at all, so it
+on marker lines and knows neither wildcards nor @revoked (nor HostKeyEntry.from_line, which splits
+at every single space and drops key types paramiko cannot load, ssh-dss since paramiko 4: such a
+line must still make a different key "CHANGED", not "unknown"). Hashed names are checked with
+paramiko's HostKeys.hash_host. paramiko is given no keys at all, so it
 hands every server key to HostKeyVerifier after the key exchange and before authentication:
 - a key on an @revoked line (for any host) is refused, whatever other lines say;
 - @cert-authority lines are skipped with a note (host certificates are not supported);
 - a line that does not parse is skipped with a note naming file:line;
 - otherwise the key must be on a line matching the endpoint; --accept-new appends unknown keys.
-Notes are logged once per process (logger `charpin_coordinator.remote.hostkeys`) and kept on the
-verifier for the caller.
+Notes are logged once per process as warnings (logger `charpin_coordinator.remote.hostkeys`) and
+kept on the verifier for the caller. No coordinator CLI configures logging, so each reaches the
+user as one bare `charpin-remote: note: ...` line on stderr through logging's last-resort handler
+(tests/hostile/test_known_hosts.py pins this through the CLI).
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ class KnownHostLine:
     lineno: int
     marker: str
     patterns: tuple[str, ...]  # plain patterns, possibly `!`-negated, as written
-    hashed: tuple[tuple[bytes, bytes], ...]  # (salt, HMAC-SHA1) of each `|1|` name
+    hashed: tuple[str, ...]  # each `|1|salt|hash` name, base64 re-encoded canonically
     keytype: str
     blob: bytes
 
@@ -98,11 +103,10 @@ class KnownHostLine:
         if positive:
             return True
         # ssh hashes the name lower-cased; the name as written is also tried, as paramiko did
-        candidates = {lowered.encode(), name.encode()}
         return any(
-            hmac.compare_digest(hmac.new(salt, cand, hashlib.sha1).digest(), digest)
-            for salt, digest in self.hashed
-            for cand in candidates
+            hmac.compare_digest(paramiko.HostKeys.hash_host(cand, item), item)
+            for item in self.hashed
+            for cand in {lowered, name}
         )
 
 
@@ -125,7 +129,8 @@ def _wildcard(pattern: str, text: str) -> bool:
     return pattern[p:].strip("*") == ""
 
 
-def _hashed_name(item: str) -> tuple[bytes, bytes]:
+def _hashed_name(item: str) -> str:
+    """`|1|salt|hash` checked (hash_host asserts a 20-byte salt) and in hash_host's spelling."""
     _, _, rest = item.partition(HASH_MAGIC)
     salt64, sep, digest64 = rest.partition("|")
     try:
@@ -135,7 +140,7 @@ def _hashed_name(item: str) -> tuple[bytes, bytes]:
         salt = digest = b""
     if not sep or len(salt) != 20 or len(digest) != 20:
         raise MalformedLineError(f"hashed host name {item[:40]!r} is not |1|salt|hash")
-    return salt, digest
+    return f"{HASH_MAGIC}{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
 
 
 def _key_blob(keytype: str, text: str) -> bytes:
@@ -170,7 +175,7 @@ def parse_line(path: str, lineno: int, text: str) -> KnownHostLine | None:
         raise MalformedLineError("expected host names, a key type and a base64 key")
     hosts, keytype, key = fields[:3]
     patterns: list[str] = []
-    hashed: list[tuple[bytes, bytes]] = []
+    hashed: list[str] = []
     for item in hosts.split(","):
         if item.startswith(HASH_MAGIC):
             hashed.append(_hashed_name(item))

@@ -118,20 +118,8 @@ def install(
 ) -> CheckedOut:
     """On the box: verify and fetch the bundle (if one was sent), check commit out at dest, and
     verify the checked-out files against tree (computed here, from the trusted repository)."""
-    argv = [
-        python,
-        "-I",
-        "-c",
-        _BOX_INSTALL,
-        cache_repo,
-        bundle_path or "",
-        bundle_sha256 or "",
-        commit,
-        dest,
-        BUNDLE_REF,
-        tree,
-        runner,
-    ]
+    argv = [python, "-I", runner, "box", "install", cache_repo, bundle_path or ""]
+    argv += [bundle_sha256 or "", commit, dest, BUNDLE_REF, tree]
     done = box.run(argv, timeout=_BOX_TIMEOUT)
     if done.returncode != 0:
         raise IntegrityError(f"{box.name}: snapshot refused on the box: {_tail(done.stderr)}")
@@ -200,11 +188,15 @@ def box_haves(cache, commit, limit):
     import os, subprocess
     if not os.path.isdir(cache):
         return False, []
-    has = subprocess.run(["git", "-C", cache, "cat-file", "-e", commit + "^{commit}"],
+    # A test of an earlier run could have written the cache's config: read none of it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    git = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=" + os.devnull, "-C", cache]
+    has = subprocess.run(git + ["cat-file", "-e", commit + "^{commit}"], env=env,
                          stderr=subprocess.DEVNULL).returncode == 0
-    out = subprocess.run(["git", "-C", cache, "for-each-ref", "--sort=-committerdate",
-                          "--count=%d" % limit, "--format=%(objectname)", "refs/charpin/"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(git + ["for-each-ref", "--sort=-committerdate", "--count=%d" % limit,
+                                "--format=%(objectname)", "refs/charpin/"],
+                         capture_output=True, text=True, check=True, env=env).stdout
     return has, out.split()
 """
 
@@ -216,54 +208,3 @@ has, haves = box_haves(sys.argv[1], sys.argv[2], int(sys.argv[3]))
 print(json.dumps({"has": has, "haves": haves}))
 """
 )
-
-_BOX_INSTALL = r"""
-import hashlib, json, os, shutil, subprocess, sys
-cache, bundle, want_sha, commit, dest, ref, tree, runner = sys.argv[1:9]
-# The cache repository outlives runs of untrusted tests: its config, hooks and attributes are
-# never read (a test could have planted a hook or an fsmonitor there).
-env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1",
-           GIT_TERMINAL_PROMPT="0")
-safe = ["-c", "core.hooksPath=" + os.devnull, "-c", "core.fsmonitor=false",
-        "-c", "core.attributesFile=" + os.devnull]
-def git(*args):
-    done = subprocess.run(["git", *safe, *args], capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        sys.exit("git %s failed: %s" % (" ".join(args[:3]), done.stderr.strip()))
-    return done.stdout.strip()
-if os.path.isdir(cache):
-    with open(os.path.join(cache, "config"), "w") as handle:
-        handle.write("[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n")
-    for extra in ("objects/info/alternates", "info/attributes"):
-        if os.path.lexists(os.path.join(cache, extra)):
-            os.unlink(os.path.join(cache, extra))
-if not os.path.isdir(cache):
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    tmp = cache + ".tmp-%d" % os.getpid()
-    git("init", "-q", "--bare", tmp)
-    try:
-        os.rename(tmp, cache)
-    except OSError:
-        shutil.rmtree(tmp)  # another run created it first; keep theirs
-if bundle:
-    digest = hashlib.sha256()
-    with open(bundle, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != want_sha:
-        os.unlink(bundle)
-        sys.exit("bundle sha256 %s does not match the %s that was sent" % (digest.hexdigest(), want_sha))
-    git("-C", cache, "fetch", "-q", bundle, "%s:refs/charpin/%s" % (ref, commit))
-    os.unlink(bundle)
-git("clone", "-q", "--shared", "--no-checkout", cache, dest)
-git("-C", dest, "checkout", "-q", "--detach", commit)
-# Objects are read, never re-hashed, by git: the files themselves are checked against the tree.
-check = subprocess.run([sys.executable, "-I", runner, "box", "verify-checkout", dest, tree],
-                       capture_output=True, text=True)
-if check.returncode != 0:
-    shutil.rmtree(cache, ignore_errors=True)  # the next run ships a full bundle
-    sys.exit(check.stderr.strip() or "the checkout could not be verified")
-print(json.dumps({"head": git("-C", dest, "rev-parse", "HEAD"),
-                  "tree": git("-C", dest, "rev-parse", "HEAD^{tree}")}))
-"""

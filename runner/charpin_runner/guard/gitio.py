@@ -2,27 +2,61 @@
 
 Every call passes an argv list (no shell) and `-z` output where paths appear, so names with
 spaces, quotes or newlines arrive intact.
+
+The guard runs in CI on branches nobody has reviewed yet, after steps that may have run their code
+and written `.git/config`. Reading commits needs no configuration, so git runs without system or
+global config and with everything in the repository's config that could run a program switched
+off (hooks, fsmonitor, gpg.program through log.showSignature). The caller's GIT_* variables stay:
+the pre-commit hook's GIT_INDEX_FILE names the index a `git commit -a` is about to commit. The
+user's own safe.directory entries are passed on (`-c` is protected config, like --global), so a
+checkout owned by another user (CI containers) is still readable where the user said it may be.
+Only hooks_dir, which must find where git itself will look for the hook, reads the user's config.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 from charpin_runner.errors import RunError, UsageError
+from charpin_runner.gitstate import user_safe_directories
 
 INDEX = ":"  # pseudo revision: the staged version of a file (`git show :path`)
 _TIMEOUT = 120.0
+_NEUTRAL_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+_NEUTRAL_CONFIG = (
+    "core.hooksPath=" + os.devnull,
+    "core.fsmonitor=false",
+    "log.showSignature=false",
+)
 
 
 def _git(
-    repo: Path, *args: str, check: bool = True, stdin: bytes | None = None
+    repo: Path,
+    *args: str,
+    check: bool = True,
+    stdin: bytes | None = None,
+    user_config: bool = False,
 ) -> subprocess.CompletedProcess[bytes]:
+    if user_config:
+        front: list[str] = []
+        env = None
+    else:
+        pairs = [*_NEUTRAL_CONFIG, *(f"safe.directory={d}" for d in user_safe_directories())]
+        front = [item for pair in pairs for item in ("-c", pair)]
+        env = {**os.environ, **_NEUTRAL_ENV}
     try:
         done = subprocess.run(
-            ["git", "-C", str(repo), *args],
+            ["git", *front, "-C", str(repo), *args],
             input=stdin if stdin is not None else b"",
             capture_output=True,
+            env=env,
             timeout=_TIMEOUT,
             check=False,
         )
@@ -143,7 +177,8 @@ def _blobs(repo: Path, oids: list[str]) -> dict[str, bytes]:
 
 
 def hooks_dir(repo: Path) -> Path:
-    """Where git looks for hooks, honouring core.hooksPath."""
-    out = _git(repo, "rev-parse", "--git-path", "hooks").stdout.decode("utf-8").strip()
+    """Where git looks for hooks, honouring core.hooksPath (the user's config: see module doc)."""
+    done = _git(repo, "rev-parse", "--git-path", "hooks", user_config=True)
+    out = done.stdout.decode("utf-8").strip()
     path = Path(out)
     return path if path.is_absolute() else repo / path

@@ -13,10 +13,12 @@ there is a write outside the output folder. Writes into the repository are caugh
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import selectors
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -47,13 +49,9 @@ FILES_LIMIT = 64 * 1024 * 1024
 _CHUNK = 1 << 16
 # After the target is told to stop, how long its supervisor gets to kill everything and exit.
 _STOP_BOUND = reaper.SWEEP_BOUND + 5.0
-# The runner's own folder (or zipapp) on sys.path of the supervisor; nothing else is, so
-# nothing in the pin's folders can shadow what the supervisor imports.
-_RUNNER_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(reaper.__file__))))
-_LAUNCH = (
-    "import sys; sys.path[:] = [{root!r}] + [p for p in sys.path if p]; "
-    "from charpin_runner.pins.reaper import main; sys.exit(main(sys.argv))"
-)
+# The supervisor's code, read now, before any pin runs: a pin can rewrite the runner's files (they
+# are the user's), and the supervisors of later pins must still run what charpin itself runs.
+_SUPERVISOR = inspect.getsource(reaper)
 
 
 @dataclass(frozen=True)
@@ -137,7 +135,6 @@ class Session:
         self.bootstrap = self.dir / "bootstrap.py"
         self.bootstrap.write_text(BOOTSTRAP, encoding="utf-8")
         self.base_path = os.environ.get("PATH", os.defpath)
-        self.launch = _LAUNCH.format(root=_RUNNER_ROOT)
         # The supervisor is charpin's own code: none of the pin's variables (LD_PRELOAD, say)
         # reach it; the target gets its environment through the spec instead.
         self.supervisor_env = {"PATH": os.defpath}
@@ -438,12 +435,12 @@ def _supervise(
 
     Returns only when the supervisor has exited, i.e. after the target and everything it started
     were killed, or after this process killed what it could itself (see _clean_up)."""
-    spec_r, spec_w = os.pipe()
-    status_r, status_w = os.pipe()
+    # The target cannot reopen a socket through /proc, as it could a pipe (see reaper.py).
+    channel, theirs = socket.socketpair()
     try:
         with _LIVE_LOCK:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", session.launch, str(spec_r), str(status_w)],
+                [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(theirs.fileno())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -451,25 +448,24 @@ def _supervise(
                 env=session.supervisor_env,
                 start_new_session=True,
                 umask=umask,
-                pass_fds=(spec_r, status_w),
+                pass_fds=(theirs.fileno(),),
             )
             _LIVE.add(proc.pid)
     except OSError as exc:
-        for fd in (spec_r, spec_w, status_r, status_w):
-            os.close(fd)
+        channel.close()
         raise RunError(f"cannot start the pin supervisor {sys.executable}: {exc}") from exc
-    os.close(spec_r)
-    os.close(status_w)
+    finally:
+        theirs.close()
     try:
         try:
-            # Small enough for the pipe in practice; the supervisor reads it before anything.
-            with open(spec_w, "wb") as handle:
-                handle.write(reaper.encode_spec(str(cwd), argv, env))
+            # The supervisor reads the spec before anything else.
+            channel.sendall(reaper.encode_spec(str(cwd), argv, env))
+            channel.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the supervisor died; the status it never wrote says so below
-        out, err, status, timed_out = _exchange(proc, status_r, stdin, timeout)
+        out, err, status, timed_out = _exchange(proc, channel.fileno(), stdin, timeout)
     finally:
-        os.close(status_r)
+        channel.close()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
@@ -482,7 +478,7 @@ def _supervise(
 def _exchange(
     proc: subprocess.Popen[bytes], status_fd: int, stdin: bytes, timeout: float
 ) -> tuple[_Capture, _Capture, bytes, bool]:
-    """Feed stdin and read stdout, stderr and the status pipe until all close.
+    """Feed stdin and read stdout, stderr and the supervisor's status until all close.
 
     At the timeout, or as soon as a stream is over STREAM_LIMIT, the supervisor is told to kill
     the target; if it has not finished within _STOP_BOUND it is killed itself."""

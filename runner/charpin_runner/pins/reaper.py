@@ -1,5 +1,9 @@
 """The per-pin supervisor process that outlives a pin target to kill what it left. Runs on boxes as
-`python -I -S -c LAUNCH SPEC_FD STATUS_FD`; imports only the stdlib (nothing from charpin).
+`python -I -S -c SOURCE CHANNEL_FD`, where SOURCE is this file's text as charpin read it at its own
+start (execute.py): no file a pin could have rewritten since is read again, which is also why it
+imports only the stdlib. The /proc walk and kill loop live here, and procgroup.py imports them from
+here, rather than the other way round: importing procgroup would also read charpin's files again,
+and its imports (subprocess, charpin_runner.interpret) would add ~25 ms to the start of every pin.
 
 Why a process of its own: pins replay in parallel threads of one charpin process, so charpin
 cannot tell which pin an orphaned daemon came from, and killing "every adopted child" would kill
@@ -9,8 +13,11 @@ pin, which, once the target has exited, SIGKILLs the target's group and every de
 has no child left, and only then reports the exit status. So when charpin sees "swept", nothing
 the pin started is alive and the pin's outputs can be measured.
 
-Protocol: SPEC_FD carries NUL-separated fields: cwd, argc, argv..., then KEY=VALUE env entries.
-STATUS_FD receives lines: "started PID", and after the sweep "exit CODE" (negative: killed by
+Protocol: CHANNEL_FD is one end of a Unix socket pair. A socket, not a pipe: any process of the
+same user, the pin target included, can reopen a pipe through /proc/PID/fd/N and write a forged
+report into it, while a socket cannot be opened that way. Charpin first sends NUL-separated
+fields, cwd, argc, argv..., then KEY=VALUE env entries, and shuts its sending side down. The
+supervisor answers with lines: "started PID", and after the sweep "exit CODE" (negative: killed by
 that signal) followed by "swept" (every descendant is dead), "noreap" (the target's group is
 dead, but without a subreaper here daemons went elsewhere) or "unswept" (the kill loop hit its
 bound); or "error MESSAGE" when the target cannot start. SIGTERM asks the supervisor to SIGKILL
@@ -24,6 +31,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Collection, Iterator
 
 _PR_SET_CHILD_SUBREAPER = 36
 # How long the supervisor keeps killing before it gives up and says "unswept".
@@ -37,11 +45,14 @@ class _State:
     stop_early = False
 
 
-def _become_subreaper() -> bool:
+def become_subreaper() -> bool:
+    """Linux: adopt orphaned descendants (PR_SET_CHILD_SUBREAPER), so that a daemon which
+    setsid()s out of its process group is re-parented to us and kill_children() finds it.
+    Only for a process whose other children are known (spare). False where unsupported."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
+        import ctypes  # here only: some minimal Pythons lack it
 
         libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
@@ -59,7 +70,7 @@ def _read_all(fd: int) -> bytes:
 
 
 def encode_spec(cwd: str, argv: list[str], env: dict[str, str]) -> bytes:
-    """The SPEC_FD payload (used by execute.py); NUL cannot occur in argv, env or paths."""
+    """The spec charpin sends (execute.py); NUL cannot occur in argv, env or paths."""
     fields = [cwd, str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
     return b"\0".join(os.fsencode(f) for f in fields)
 
@@ -127,69 +138,101 @@ def _quiet() -> None:
     os.close(null)
 
 
-def _children(me: int) -> list[int]:
+def processes() -> Iterator[tuple[int, int, int, str]]:
+    """(pid, parent pid, process group, state letter) of every process visible in /proc."""
     try:
-        with open(f"/proc/{me}/task/{me}/children") as handle:
-            return [int(p) for p in handle.read().split()]
+        names = os.listdir("/proc")
     except OSError:
-        pass
-    found = []
-    for name in os.listdir("/proc"):
+        return
+    for name in names:
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[-1].split()
+                text = handle.read()
         except OSError:
             continue
-        if len(fields) > 1 and int(fields[1]) == me:
-            found.append(int(name))
-    return found
+        # The command name may contain spaces and parentheses; fields resume after the last ')'.
+        fields = text.rsplit(")", 1)[-1].split()
+        if len(fields) > 2:
+            yield int(name), int(fields[1]), int(fields[2]), fields[0]
 
 
-def _sweep(pgid: int) -> bool:
-    """SIGKILL the target's group and every child (adopted orphans included) until none is left.
+def children(pid: int) -> list[int]:
+    """The children of process pid (of all its threads), zombies included."""
+    try:
+        found: list[int] = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found += [int(p) for p in handle.read().split()]
+        return found
+    except (OSError, ValueError):  # no such file in this kernel, or a thread just ended
+        return [p for p, parent, _, _ in processes() if parent == pid]
 
-    Each kill may orphan that process's children onto us, hence the loop. True when no child is
-    left: every living descendant has a living parent chain ending in one of our children.
-    """
+
+def kill_children(spare: Collection[int] = (), bound: float = SWEEP_BOUND) -> bool:
+    """SIGKILL and reap every child of this process but those in spare, repeatedly: each kill can
+    orphan that process's own children onto us (a child subreaper). True once none is left,
+    False after bound seconds. Without spare, "none left" is waitpid's word (no child at all),
+    which no race with /proc can fake; with spare, the caller must keep new children from
+    appearing outside spare meanwhile."""
     me = os.getpid()
-    until = time.monotonic() + SWEEP_BOUND
+    until = time.monotonic() + bound
     while True:
-        _killpg(pgid)
-        for pid in _children(me):
+        found = [pid for pid in children(me) if pid not in spare]
+        for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
+        if not spare:
+            if _reap_all():
                 return True
-            if pid == 0:
-                break
+        elif not found:
+            return True
+        else:
+            for pid in found:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except OSError:
+                    pass
         if time.monotonic() >= until:
             return False
         time.sleep(0.002)
 
 
+def _reap_all() -> bool:
+    """Reap every dead child; True when this process has no child left at all."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            return False
+
+
+def _sweep(pgid: int) -> bool:
+    """SIGKILL the target's group and every child (adopted orphans included) until none is left:
+    every living descendant has a living parent chain ending in one of our children."""
+    _killpg(pgid)
+    return kill_children()
+
+
 def main(argv: list[str]) -> int:
     """Run one pin target as described in the module docstring."""
-    spec_fd, status_fd = int(argv[1]), int(argv[2])
-    os.set_inheritable(spec_fd, False)
-    os.set_inheritable(status_fd, False)
-    reaps = _become_subreaper()
+    channel = int(argv[1])
+    os.set_inheritable(channel, False)
+    reaps = become_subreaper()
     signal.signal(signal.SIGTERM, _on_term)
 
     def report(line: str) -> None:
         try:
-            os.write(status_fd, (line + "\n").encode("utf-8", "replace"))
+            os.write(channel, (line + "\n").encode("utf-8", "replace"))
         except OSError:
             pass  # charpin gave up on us; the sweep below must still happen
 
-    cwd, target_argv, env = _decode_spec(_read_all(spec_fd))
-    os.close(spec_fd)
+    cwd, target_argv, env = _decode_spec(_read_all(channel))
     try:
         pid = _spawn(cwd, target_argv, env)
     except OSError as exc:
@@ -205,3 +248,7 @@ def main(argv: list[str]) -> int:
     report(f"exit {os.waitstatus_to_exitcode(status)}")
     report("unswept" if not swept else "swept" if reaps else "noreap")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
