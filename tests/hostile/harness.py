@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from charpin_coordinator.cli import main
 
 from tests.conftest import make_repo
@@ -59,3 +61,13 @@ def host_for(kind: str, sshd_factory: Any, tmp_path: Path) -> tuple[str, list[Ss
     config = tmp_path / "ssh_config"
     config.write_text(box.ssh_config.read_text())
     return "box", [box], config
+
+
+def require_bwrap() -> None:
+    """Skip where bubblewrap cannot run, unless CI demands it (CHARPIN_REQUIRE_SANDBOX=1)."""
+    from charpin_runner.sandbox import bwrap_works
+
+    if not bwrap_works():
+        if os.environ.get("CHARPIN_REQUIRE_SANDBOX") == "1":
+            pytest.fail("CHARPIN_REQUIRE_SANDBOX=1 but bubblewrap is not usable here")
+        pytest.skip("bubblewrap is not usable here (apt-get install bubblewrap)")

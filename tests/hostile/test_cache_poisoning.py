@@ -4,7 +4,6 @@ box, or on `local` the coordinator's own), so that every later run executes the 
 from __future__ import annotations
 
 import json
-import os
 import site
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import git
-from tests.hostile.harness import host_for, repo_with, run
+from tests.hostile.harness import host_for, repo_with, require_bwrap, run
 
 # The box's fresh venv gets this interpreter's pytest through a .pth file: no network needed.
 _OUTER = (
@@ -77,12 +76,7 @@ def test_without_a_sandbox_the_write_is_caught_and_the_venv_rebuilt(
 def test_under_bubblewrap_the_environment_is_read_only(
     kind: str, sshd_factory: Any, tmp_path: Path
 ) -> None:
-    from charpin_runner.sandbox import bwrap_works
-
-    if not bwrap_works():
-        if os.environ.get("CHARPIN_REQUIRE_SANDBOX") == "1":
-            pytest.fail("CHARPIN_REQUIRE_SANDBOX=1 but bubblewrap is not usable here")
-        pytest.skip("bubblewrap is not usable here (apt-get install bubblewrap)")
+    require_bwrap()
     receipt, _, attempt, _, _ = _poison_then_fail(kind, "auto", sshd_factory, tmp_path)
     assert attempt.startswith("refused"), attempt
     assert receipt["environment"]["sandbox"] == "bwrap"

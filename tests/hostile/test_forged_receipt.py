@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from charpin_runner.receipt import dumps
 
-from tests.hostile.harness import BOX_KINDS, host_for, not_evaluated, repo_with, run
+from tests.hostile.harness import BOX_KINDS, host_for, not_evaluated, repo_with, require_bwrap, run
 from tests.receipt_factory import make_receipt
 
 FORGER = '''
@@ -86,12 +85,7 @@ def test_a_planted_receipt_is_refused(kind: str, sshd_factory: Any, tmp_path: Pa
 def test_under_bubblewrap_the_runner_is_out_of_sight(
     kind: str, sshd_factory: Any, tmp_path: Path
 ) -> None:
-    from charpin_runner.sandbox import bwrap_works
-
-    if not bwrap_works():
-        if os.environ.get("CHARPIN_REQUIRE_SANDBOX") == "1":
-            pytest.fail("CHARPIN_REQUIRE_SANDBOX=1 but bubblewrap is not usable here")
-        pytest.skip("bubblewrap is not usable here (apt-get install bubblewrap)")
+    require_bwrap()
     code, report, mark = _attack(kind, "auto", sshd_factory, tmp_path)
     assert not mark.exists()
     assert not report["not_evaluated"], report

@@ -21,7 +21,9 @@ if os.path.exists({arm!r}):
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            open({pidfile!r}, "w").write(str(os.getpid()))
+            # Written whole or not at all: the daemon may be killed at any instruction.
+            open({pidfile!r} + ".tmp", "w").write(str(os.getpid()))
+            os.rename({pidfile!r} + ".tmp", {pidfile!r})
             time.sleep(1.0)
             open({planted!r}, "w").write("print('owned')\\n")
             os._exit(0)
