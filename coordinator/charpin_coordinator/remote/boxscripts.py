@@ -97,8 +97,13 @@ with open(os.path.join(run, "stdout.log"), "wb") as out, \
     proc = subprocess.Popen(argv, cwd=os.path.join(run, "src"), env=env, stdin=subprocess.PIPE,
                             stdout=out, stderr=err, start_new_session=True)
 # The runner reads this one line first thing and closes its input; the pipe holds it meanwhile.
-proc.stdin.write(given.get("key", "").encode() + b"\n")
-proc.stdin.close()
+# A runner that dies before reading (a broken interpreter) closes the pipe first: the missing
+# seal then refuses its receipt, so a broken pipe here is not this script's failure.
+try:
+    proc.stdin.write(given.get("key", "").encode() + b"\n")
+    proc.stdin.close()
+except BrokenPipeError:
+    pass
 with open(os.path.join(run, "pid"), "w") as handle:
     handle.write(str(proc.pid))
 print(proc.pid)
