@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +75,27 @@ def git_repo(tmp_path: Path) -> Path:
 
 
 os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+
+
+def run_on(
+    box: Any, argv: list[str], *, timeout: float = 10.0, stdin: bytes = b""
+) -> tuple[int | None, bytes, bytes]:
+    """Run argv on a Transport's channel: (exit status, all of stdout, stderr's kept end).
+
+    stdin is sent whole before reading; commands that need its end should read a fixed
+    length (`head -c N`), since a channel's stdin closes only when it finishes."""
+    channel = box.open(argv)
+    if stdin:
+        channel.send(stdin)
+    out = bytearray()
+    ends = time.monotonic() + timeout
+    while True:
+        data = channel.recv(65536, max(0.0, ends - time.monotonic()))
+        if data is None:
+            finished = channel.finish(1.0)
+            raise TimeoutError(f"{argv!r} still running after {timeout}s: {finished.stderr!r}")
+        if not data:
+            break
+        out += data
+    finished = channel.finish(timeout)
+    return finished.status, bytes(out), finished.stderr

@@ -30,7 +30,7 @@ from charpin_coordinator.report import (
     NotEvaluated,
 )
 
-__all__ = ["NotEvaluated", "build_report", "exit_code"]
+__all__ = ["NotEvaluated", "build_report"]
 
 Labeled = tuple[str, Receipt]
 _BAD_OUTCOMES = frozenset(("failed", "error"))
@@ -69,11 +69,6 @@ def build_report(
     )
     code, bits = _exit_code(report, receipts)
     return msgspec.structs.replace(report, exit_code=code, exit_bits=bits)
-
-
-def exit_code(report: DriftReport) -> int:
-    """The design §6 bitmask of a report."""
-    return report.exit_code
 
 
 def _pick_baseline(

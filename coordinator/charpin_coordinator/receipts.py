@@ -19,11 +19,9 @@ from typing import Any
 
 import msgspec
 from charpin_runner.errors import IntegrityError
-from charpin_runner.receipt import SCHEMA_VERSION, Receipt
+from charpin_runner.receipt import MAX_RECEIPT_BYTES, SCHEMA_VERSION, Receipt
 
 from charpin_coordinator.schema import strict_struct
-
-MAX_RECEIPT_BYTES = 256 * 1024 * 1024
 
 
 class _Header(msgspec.Struct):

@@ -1,50 +1,45 @@
-"""CLI glue for `charpin box ...`: the box-side steps charpin-remote runs. Stdlib only; may print.
+"""CLI glue for `charpin box ...`: the box side of charpin-remote. Stdlib only; may print.
 
-`charpin box install CACHE BUNDLE SHA256 COMMIT DEST REF TREE` installs a shipped snapshot and
-prints `{"head": ..., "tree": ...}`; `charpin box verify-checkout DIR TREE` exits 0 when DIR's
-files make git tree TREE. Either exits 8 with one line when a check fails (see checkout.py).
+`charpin box serve --home H` is the agent the coordinator talks to over one channel (see
+box/agent.py; its stdin and stdout carry frames, not text). `charpin box verify-checkout DIR
+TREE` exits 0 when DIR's files make git tree TREE, 8 with one line when they do not.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from charpin_runner import checkout
+from charpin_runner.errors import EXIT_CLEAN
 
 
 def add_parsers(sub: Any) -> None:
     """Register `charpin box`."""
-    box = sub.add_parser("box", help="box-side steps that charpin-remote runs")
+    box = sub.add_parser("box", help="the box side of charpin-remote")
     steps = box.add_subparsers(dest="box_step", metavar="STEP", parser_class=type(box))
+    serve = steps.add_parser(
+        "serve", help="answer charpin-remote's framed requests on stdin/stdout (not for humans)"
+    )
+    serve.add_argument(
+        "--home", default="", metavar="DIR", help="the folder holding .cache/charpin (default ~)"
+    )
+    serve.set_defaults(handler=_serve)
     verify = steps.add_parser(
         "verify-checkout", help="check that a checkout's files make the expected git tree"
     )
     verify.add_argument("dir", metavar="DIR")
     verify.add_argument("tree", metavar="TREE")
     verify.set_defaults(handler=_verify_checkout)
-    install = steps.add_parser("install", help="fetch a shipped bundle and check the commit out")
-    for name in ("cache", "bundle", "sha256", "commit", "dest", "ref", "tree"):
-        install.add_argument(name)
-    install.set_defaults(handler=_install)
 
 
-def _install(args: argparse.Namespace) -> int:
-    got = checkout.install(
-        Path(args.cache),
-        Path(args.bundle) if args.bundle else None,
-        args.sha256,
-        args.commit,
-        Path(args.dest),
-        args.ref,
-        args.tree,
-    )
-    print(json.dumps(got))
-    return 0
+def _serve(args: argparse.Namespace) -> int:
+    from charpin_runner.box.agent import serve
+
+    return serve(args.home)
 
 
 def _verify_checkout(args: argparse.Namespace) -> int:
     checkout.verify(Path(args.dir), args.tree)
-    return 0
+    return EXIT_CLEAN

@@ -6,6 +6,9 @@ still name the expected tree while the files on disk are the attacker's. This mo
 the tree id from the work tree itself (every file hashed as a git blob, with git's own
 attribute conversions; links and modes read from disk; trees built as git builds them) and
 the caller compares it with the tree id the coordinator computed from its own repository.
+
+Imports only charpin_runner.errors, charpin_runner.fixtures and charpin_runner.gitcmd (sealed,
+hardened git: the cache repository's config is rewritten by install before git reads it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from charpin_runner import fixtures, gitstate
+from charpin_runner import fixtures, gitcmd
 from charpin_runner.errors import IntegrityError
 
 
@@ -53,7 +56,13 @@ _BARE_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare
 
 
 def install(
-    cache: Path, bundle: Path | None, bundle_sha256: str, commit: str, dest: Path, ref: str, tree: str
+    cache: Path,
+    bundle: Path | None,
+    bundle_sha256: str,
+    commit: str,
+    dest: Path,
+    ref: str,
+    tree: str,
 ) -> dict[str, str]:
     """Box side of shipping: verify the bundle's sha256, fetch it into the cache repository,
     check commit out at dest and verify the files against tree. Returns HEAD and tree as the
@@ -96,7 +105,8 @@ def install(
 
 
 def _git(repo: Path | None, *args: str) -> str:
-    done = gitstate.safe_git(args, repo)
+    """git's stdout; IntegrityError when it fails (the box's copy is then not to be trusted)."""
+    done = gitcmd.run(args, cwd=repo)
     if done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip()
         raise IntegrityError(f"git {' '.join(args[:2])} failed on the box: {message[-300:]}")
@@ -121,9 +131,9 @@ def _hash_objects(root: Path, paths: list[str]) -> list[bytes]:
     """git's blob ids of paths, with the work tree's attributes applied as checkout did."""
     if not paths:
         return []
-    done = gitstate.safe_git(
+    done = gitcmd.run(
         ["hash-object", "--stdin-paths"],
-        root,
+        cwd=root,
         input=b"".join(os.fsencode(p) + b"\n" for p in paths),
     )
     lines = done.stdout.split()
@@ -136,7 +146,7 @@ def _hash_objects(root: Path, paths: list[str]) -> list[bytes]:
 
 
 def _gitlinks(root: Path) -> dict[str, bytes]:
-    done = gitstate.safe_git(["ls-files", "-s", "-z"], root)
+    done = gitcmd.run(["ls-files", "-s", "-z"], cwd=root)
     links: dict[str, bytes] = {}
     for record in done.stdout.split(b"\0"):
         if record.startswith(b"160000 "):
@@ -161,7 +171,8 @@ def _build(entries: dict[str, tuple[str, bytes]]) -> bytes:
     body = b"".join(
         mode.encode() + b" " + os.fsencode(name) + b"\0" + sha
         for name, (mode, sha) in sorted(
-            children.items(), key=lambda item: os.fsencode(item[0]) + (b"/" if item[1][0] == "40000" else b"")
+            children.items(),
+            key=lambda item: os.fsencode(item[0]) + (b"/" if item[1][0] == "40000" else b""),
         )
     )
     return hashlib.sha1(b"tree %d\0" % len(body) + body).digest()  # noqa: S324 - git's id

@@ -1,8 +1,11 @@
 """`[tool.charpin]` in pyproject.toml as dataclasses. Runs on boxes; stdlib only.
 
+Imports only charpin_runner.errors and charpin_runner.schema: every feature package (pins,
+inventory, guard) reads its settings from here, so this module depends on none of them.
 The same dataclasses are validated by msgspec on the coordinator (which then ships the resolved
 configuration to boxes as JSON, so gating settings come from the base commit, never from the tree
-under test) and by charpin_runner.schema here.
+under test) and by charpin_runner.schema here; hence only dataclasses, list, dict, Optional,
+Literal and scalars appear in them.
 """
 
 from __future__ import annotations
@@ -10,10 +13,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from charpin_runner.errors import ConfigError
-from charpin_runner.pins.config import PinsConfig
 from charpin_runner.schema import convert
 
 DEFAULT_LEDGER = "flake-ledger.json"
@@ -34,6 +36,51 @@ BASE_ENV_ALLOW = (
     "PYTHONUTF8",
     "CI",
 )
+
+# What a normalisation rule rewrites. Path kinds become tokens ($WORK, $TMP, $HOME, $REPO) and are
+# anchored at path boundaries; "timestamp" rewrites ISO-8601 stamps; "regex" is user supplied.
+RuleKind = Literal["work", "tmp", "home", "repo", "timestamp", "regex"]
+
+
+@dataclass(frozen=True)
+class NormRule:
+    """One normalisation rule. Rules apply in list order; each pin stores its hit count."""
+
+    name: str
+    kind: RuleKind
+    pattern: Optional[str] = None
+    replace: Optional[str] = None
+
+
+def default_rules() -> list[NormRule]:
+    """The path rules every pin gets unless [tool.charpin.pins] lists its own."""
+    return [
+        NormRule(name="work", kind="work"),
+        NormRule(name="home", kind="home"),
+        NormRule(name="repo", kind="repo"),
+    ]
+
+
+@dataclass(frozen=True)
+class PinsConfig:
+    """`[tool.charpin.pins]`: where pins live and how they replay."""
+
+    file: str = "pins.jsonl"
+    cases: str = "cases"
+    goldens: str = "goldens"
+    python: Optional[str] = None
+    timeout: float = 30.0
+    # The folder (relative to the work folder) whose full file set is part of each pin.
+    output: str = "out"
+    # 0 means one worker per CPU.
+    jobs: int = 0
+    # Extra fixed variables given to every pin on top of the built-in base.
+    env_base: dict[str, str] = field(default_factory=dict)
+    normalise: list[NormRule] = field(default_factory=default_rules)
+    actual_dir: str = ".charpin/pins-actual"
+    # Output files up to this size that decode as UTF-8 keep their text in the golden for diffs.
+    text_limit: int = 65536
+    diff_lines: int = 80
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ str(exc) is always one complete line a user can act on: the problem, then the fi
   + ConfigError              bad [tool.charpin] value, ledger or pins file  (64)
   + IntegrityError           receipt refused, snapshot or path check failed (8)
   + RunError                 the test command could not be started          (4)
+  + BoxStepError             a box-side step of charpin-remote failed;      (4)
+                             .kind is the box's NOT EVALUATED kind
 """
 
 from __future__ import annotations
@@ -50,3 +52,14 @@ class RunError(CharpinError):
     """The command under test could not be started at all."""
 
     exit_code = EXIT_NOT_EVALUATED
+
+
+class BoxStepError(CharpinError):
+    """A step charpin-remote asked a box to do failed; .kind names the NOT EVALUATED kind the
+    coordinator reports (setup-failed, unsupported-box, snapshot-integrity, runner-failed)."""
+
+    exit_code = EXIT_NOT_EVALUATED
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind

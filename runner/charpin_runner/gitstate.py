@@ -17,12 +17,14 @@ objects (a partial clone's lazy fetch would run a command the config names) and 
 After the run, HEAD's tree is taken from the index built before it, not from the object store
 the run could have rewritten (git does not check the ids of the trees read-tree reads).
 Every git call has a deadline: a FIFO or a hung file under `.git/` makes the measurement fail
-(RunError), never hang. safe_git gives other modules (checkout) the same sealed git.
+(RunError), never hang. Git is started through charpin_runner.gitcmd, so no GIT_* variable of
+the caller steers it.
+
+Imports only charpin_runner.errors, charpin_runner.fixtures and charpin_runner.gitcmd.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -30,44 +32,20 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
+from charpin_runner import gitcmd
 from charpin_runner.errors import RunError, UsageError
 from charpin_runner.fixtures import hash_many, printable
 
 # Our own output folder is never part of the state we measure.
 _OWN_PREFIX = ".charpin/"
 UNRESOLVED = "unresolved"
-# Seconds one measurement (or one safe_git call) may take before it is a RunError.
+# Seconds one measurement may take before it is a RunError.
 MEASURE_SECONDS = 900.0
-# Settings for every git command we run. The private git directory has no other config, so
-# here they only matter where git reads the real one (rev-parse): belt and braces; for safe_git
-# they are what stands between a repository's config and code run in the caller.
-_SAFE_CONFIG = (
-    "core.fsmonitor=false",
-    "core.hooksPath=/dev/null",
-    "core.untrackedCache=false",
-    "core.splitIndex=false",
-    "core.sparseCheckout=false",
-    "core.sparseCheckoutCone=false",
-    "core.ignoreStat=false",
-    "core.attributesFile=/dev/null",
-    "core.excludesFile=/dev/null",
-    "core.autocrlf=false",
-    "core.safecrlf=false",
-    "core.checkStat=default",
-    "core.trustctime=true",
-    "core.fileMode=true",
-    "core.ignoreCase=false",
-    "core.useReplaceRefs=false",
-    "core.quotepath=false",
-    "index.sparse=false",
-    "feature.manyFiles=false",
-    "diff.external=",
-    "submodule.recurse=false",
-)
 # Dirty submodule work trees are not entered: their own config is out of our reach.
 _NO_SUBMODULES = "--ignore-submodules=dirty"
 # An ignore file larger than this is refused rather than read into memory.
@@ -144,7 +122,7 @@ def find_toplevel(folder: Path) -> Path:
     deadline = time.monotonic() + MEASURE_SECONDS
 
     def ask(where: Path) -> subprocess.CompletedProcess[bytes]:
-        return _git(["-C", str(where), *_DISCOVER], _user_env(), (), _left(deadline))
+        return _discover(where, deadline)
 
     first = ask(folder)
     git_dir = _git_dir(first)
@@ -172,7 +150,7 @@ def read_state(repo: Path, before: GitState | None = None) -> GitState:
     ignore rules in force then, so rules the run added or changed hide nothing.
     """
     deadline = time.monotonic() + MEASURE_SECONDS
-    found = _git(["-C", str(repo), *_DISCOVER], _user_env(), (), _left(deadline))
+    found = _discover(repo, deadline)
     git_dir = _git_dir(found)
     if git_dir is None:
         raise RunError(
@@ -181,25 +159,6 @@ def read_state(repo: Path, before: GitState | None = None) -> GitState:
         )
     with tempfile.TemporaryDirectory(prefix="charpin-git-") as tmp:
         return _Measure(repo, Path(git_dir), Path(tmp), deadline).state(before)
-
-
-def safe_git(
-    args: Sequence[str],
-    cwd: Path | str | None = None,
-    input: bytes | None = None,
-    timeout: float = MEASURE_SECONDS,
-) -> subprocess.CompletedProcess[bytes]:
-    """Run `git [-C cwd] ARGS` with nothing but the repository's own config: no GIT_* variable
-    of the caller, no system or global config or attributes, no replace objects, no lazy fetch
-    (git 2.44+), and the -c overrides of _SAFE_CONFIG (no hooks, fsmonitor, attributes or
-    excludes file, autocrlf). The repository's config is still read, and filters it defines
-    run (hash-object, diff): use this only where that config is ours (a checkout whose config
-    was just rewritten); read_state measures an untrusted one. stdin is empty unless input is
-    given; stdout and stderr are captured, the exit status is not checked; RunError when git
-    is missing or does not finish within timeout seconds.
-    """
-    front = ["-C", str(cwd)] if cwd is not None else []
-    return _git([*front, *args], _sealed_env(), _SAFE_CONFIG, timeout, input)
 
 
 def unreadable() -> GitState:
@@ -319,7 +278,6 @@ class _Measure:
     def __init__(self, repo: Path, git_dir: Path, tmp: Path, deadline: float) -> None:
         self.repo = repo
         self.git_dir = git_dir
-        self.env = _sealed_env()
         self.deadline = deadline
         self.common = self._common_dir()
         self.shadow = tmp / "git"
@@ -373,7 +331,7 @@ class _Measure:
 
     def _real(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
         """git on the real git directory: only for commands that read refs and config."""
-        return self._run(["--git-dir", str(self.git_dir), *args], self.env, check)
+        return self._run(["--git-dir", str(self.git_dir), *args], None, check)
 
     def _common_dir(self) -> Path:
         out = self._real("rev-parse", "--git-common-dir").stdout.rstrip(b"\n")
@@ -409,11 +367,10 @@ class _Measure:
     def _config(self) -> tuple[str, ...]:
         """The repository's own config entries, includes followed (listing runs nothing)."""
         # No -c options here: they would be listed as if they were the repository's.
-        listed = _git(
+        listed = gitcmd.run(
             ["--git-dir", str(self.git_dir), "config", "--list", "--includes", "-z"],
-            self.env,
-            (),
-            self._left(),
+            hardened=False,
+            timeout=self._left(),
         )
         entries = []
         for item in listed.stdout.split(b"\0"):
@@ -452,11 +409,11 @@ class _Measure:
         nothing); asked through the private git directory, so the repository's config is not
         consulted. Kept on purpose: without it, files the user ignores everywhere would look
         untracked. Its bytes before the run are what count afterwards too."""
-        result = _git(
+        result = gitcmd.run(
             ["--git-dir", str(self.shadow), "config", "--path", "--get", "core.excludesFile"],
-            _user_env(),
-            (),
-            self._left(),
+            env=gitcmd.USER,
+            hardened=False,
+            timeout=self._left(),
         )
         value = os.fsdecode(result.stdout.rstrip(b"\n"))
         if result.returncode == 0 and value:
@@ -529,16 +486,15 @@ class _Measure:
     def _shadow(
         self, args: Sequence[str], index: str, check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
-        env = dict(self.env)
-        env["GIT_INDEX_FILE"] = index
-        env["GIT_OBJECT_DIRECTORY"] = str(self.common / "objects")
         front = ["--git-dir", str(self.shadow), "--work-tree", str(self.repo)]
-        return self._run([*front, *args], env, check)
+        return self._run([*front, *args], index, check)
 
     def _run(
-        self, args: Sequence[str], env: Mapping[str, str], check: bool
+        self, args: Sequence[str], index: Optional[str], check: bool
     ) -> subprocess.CompletedProcess[bytes]:
-        result = _git(args, env, _SAFE_CONFIG, self._left())
+        """Hardened, sealed git; with index, on that index and the repository's objects."""
+        objects = str(self.common / "objects") if index is not None else None
+        result = gitcmd.run(args, index_file=index, object_dir=objects, timeout=self._left())
         if check and result.returncode != 0:
             verb = next((a for a in args if not a.startswith("-") and "/" not in a), "")
             raise RunError(
@@ -619,6 +575,14 @@ class _Measure:
 
 
 _DISCOVER = ("rev-parse", "--absolute-git-dir")
+
+
+def _discover(where: Path, deadline: float) -> subprocess.CompletedProcess[bytes]:
+    """Ask git, as the user's own git would, which git directory holds where (no -c: a
+    repository the user trusts through safe.directory must open as it does for them)."""
+    return gitcmd.run(
+        [*_DISCOVER], cwd=where, env=gitcmd.USER, hardened=False, timeout=_left(deadline)
+    )
 
 
 def _git_dir(result: subprocess.CompletedProcess[bytes]) -> str | None:
@@ -745,60 +709,6 @@ def _last_line(stderr: bytes) -> str:
     return lines[-1] if lines else "no message"
 
 
-def _user_env() -> dict[str, str]:
-    """The caller's environment for finding the repository: their global config stays (it may
-    list safe.directory), git variables that would point elsewhere go."""
-    keep = (
-        "GIT_CEILING_DIRECTORIES",
-        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-        "GIT_CONFIG_GLOBAL",
-        "GIT_CONFIG_SYSTEM",
-        "GIT_CONFIG_NOSYSTEM",
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in keep}
-    env["GIT_NO_REPLACE_OBJECTS"] = "1"
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    return env
-
-
-@functools.lru_cache(maxsize=1)
-def user_safe_directories() -> tuple[str, ...]:
-    """The user's own safe.directory entries (system, global), never a repository's: measurement
-    git reads no global config, yet a checkout owned by another user (CI containers) must stay
-    readable where the user said so. Passed on as `-c`, which git treats as protected config."""
-    try:
-        done = subprocess.run(
-            ["git", "config", "--get-all", "safe.directory"],
-            env={**os.environ, "GIT_DIR": os.devnull},  # no repository: its config stays unread
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return tuple(done.stdout.decode("utf-8", "surrogateescape").splitlines())
-
-
-def _sealed_env() -> dict[str, str]:
-    """No GIT_* variable of the caller, no system or global config, no system attributes, no
-    lazy fetch (git 2.44+); HOME and XDG_CONFIG_HOME name no folder, for gits older than
-    GIT_CONFIG_GLOBAL (2.32)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_ATTR_NOSYSTEM="1",
-        GIT_NO_REPLACE_OBJECTS="1",
-        GIT_NO_LAZY_FETCH="1",
-        GIT_OPTIONAL_LOCKS="0",
-        GIT_TERMINAL_PROMPT="0",
-        HOME=os.devnull,
-        XDG_CONFIG_HOME=os.devnull,
-    )
-    return env
-
-
 # A backslash that would read as the start of an escape: before another backslash, `xHH` or
 # an undecodable byte (a surrogate escape, which printable spells `\xNN`).
 _AMBIGUOUS_BACKSLASH = re.compile("\\\\(?=\\\\|x[0-9a-fA-F]{2}|[\udc80-\udcff])")
@@ -813,32 +723,3 @@ def _text(path: str) -> str:
 
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.001)
-
-
-def _git(
-    args: Sequence[str],
-    env: Mapping[str, str],
-    config: Sequence[str],
-    timeout: float,
-    input: bytes | None = None,
-) -> subprocess.CompletedProcess[bytes]:
-    pairs = [*config, *(f"safe.directory={d}" for d in user_safe_directories())]
-    overrides = [item for pair in pairs for item in ("-c", pair)]
-    try:
-        return subprocess.run(
-            ["git", "--no-pager", *overrides, *args],
-            capture_output=True,
-            env=dict(env),
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        verb = next((a for a in args if not a.startswith("-") and "/" not in a), "")
-        raise RunError(
-            f"git {verb} did not finish within {exc.timeout:.0f} s; something in the "
-            "repository's .git (a FIFO, a hung mount) blocks it"
-        ) from exc
-    except OSError as exc:
-        raise RunError(f"cannot run git ({exc}); install git on this box") from exc

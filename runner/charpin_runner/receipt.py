@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 SCHEMA_VERSION = 1
+# The one size limit on a receipt, wherever one is read: a box's reply, a file given to compare.
+MAX_RECEIPT_BYTES = 256 * 1024 * 1024
 
 Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")

@@ -24,12 +24,11 @@ from charpin_runner.receipt import OUTCOMES, Receipt, dumps, write_atomic
 from charpin_runner.run_receipt import (
     Request,
     ensure_receipt_folder,
-    new_run_id,
     produce,
     watch_given,
 )
+from charpin_runner.runid import RUN_ID, new_run_id
 
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -167,7 +166,7 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
     return Request(
         repo=repo,
         config=cfg,
-        run_id=_checked(args.run_id, _RUN_ID, "--run-id", "letters, digits, '.', '_', '-'")
+        run_id=_checked(args.run_id, RUN_ID, "--run-id", "letters, digits, '.', '_', '-'")
         or new_run_id(),
         label=_checked(args.label, _LABEL, "--label", "letters, digits, '.', '_', '@', '+', '-'")
         or "local",

@@ -74,12 +74,6 @@ class Request:
     sandbox: sandbox_mod.Plan = field(default_factory=lambda: sandbox_mod.Plan(mode="off"))
 
 
-def new_run_id(now: datetime | None = None) -> str:
-    """`YYYYmmddTHHMMSSZ-<6 hex>`: sortable by time, unique enough for one box."""
-    moment = now or datetime.now(timezone.utc)
-    return f"{moment.strftime('%Y%m%dT%H%M%SZ')}-{os.urandom(3).hex()}"
-
-
 def produce(request: Request, stop: StopFlag) -> Receipt:
     """Measure, run the test command, measure again; return the receipt (not yet written)."""
     repo, config = request.repo, request.config

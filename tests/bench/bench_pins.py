@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).parents[2] / "runner")]
 
-from charpin_runner.pins.config import PinsConfig  # noqa: E402
+from charpin_runner.config import PinsConfig  # noqa: E402
 from charpin_runner.pins.execute import Session  # noqa: E402
 from charpin_runner.pins.model import Case, Pin  # noqa: E402
 from charpin_runner.pins.record import record_case  # noqa: E402

@@ -9,6 +9,7 @@ import site
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from charpin_coordinator.config import load_config
 from charpin_coordinator.remote import snapshot
 from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, RunPlan, run_box
 from charpin_coordinator.remote.bundle import runner_bundle
-from charpin_coordinator.remote.transport import LocalTransport
+from charpin_coordinator.remote.transport import LocalChannel, LocalTransport
 
 from tests.conftest import git, make_repo
 
@@ -146,11 +147,10 @@ def test_venv_is_cached_by_dependency_files(git_repo: Path, tmp_path: Path) -> N
             timeout=120,
             keep=False,
             runner=runner_bundle(),
-            repo_key="k",
+            repo_key="0123456789abcdef",
         )
         target = BoxTarget(
             label="b",
-            folder="b",
             python=sys.executable,
             connect=lambda: LocalTransport("b", root, base_env=dict(os.environ)),
         )
@@ -232,7 +232,7 @@ def test_hosts_check_does_not_ask_for_pytest_when_setup_installs_it(
         f'[tool.charpin.hosts.clean]\npython = "{bare}"\n'
     )
     assert main(["hosts", "check", "--repo", str(git_repo), "--hosts", "clean"]) == 0
-    assert "pytest" not in capsys.readouterr().out
+    assert "] ok  pytest:" not in (out := capsys.readouterr().out) and "BAD pytest" not in out
 
 
 NO_SSH_STACK = """\
@@ -336,14 +336,13 @@ def test_box_reporting_another_tree_is_a_snapshot_integrity_failure(
         timeout=60,
         keep=False,
         runner=runner_bundle(),
-        repo_key="k",
+        repo_key="0123456789abcdef",
     )
     root = tmp_path / "box"
     root.mkdir()
     env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
     target = BoxTarget(
         label="liar",
-        folder="liar",
         python=sys.executable,
         connect=lambda: LocalTransport("liar", root, base_env=env),
     )
@@ -379,10 +378,10 @@ def _run_on_folder_box(
         timeout=120,
         keep=False,
         runner=runner_bundle(),
-        repo_key="k",
+        repo_key="0123456789abcdef",
     )
     target = BoxTarget(
-        label="b", folder="b", python=sys.executable, connect=lambda: box, env=env or {}
+        label="b", python=sys.executable, connect=lambda: box, env=env or {}
     )
     return run_box(target, plan, lambda _b, _p: None, threading.Event())
 
@@ -394,9 +393,9 @@ class _RecordingTransport(LocalTransport):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.argvs: list[list[str]] = []
 
-    def run(self, argv, **kwargs):  # type: ignore[no-untyped-def, override]
+    def open(self, argv: Sequence[str]) -> LocalChannel:
         self.argvs.append(list(argv))
-        return super().run(argv, **kwargs)
+        return super().open(argv)
 
 
 def test_host_env_values_reach_the_tests_but_never_a_command_line(tmp_path: Path) -> None:
@@ -431,7 +430,7 @@ def test_hosts_check_from_a_subfolder_reads_the_repository_config(
 
 
 def test_an_oversized_log_keeps_its_end(tmp_path: Path) -> None:
-    from charpin_coordinator.remote.boxrun import MAX_LOG_BYTES
+    from charpin_runner.box.files import MAX_LOG_BYTES
 
     repo = make_repo(
         tmp_path / "repo",

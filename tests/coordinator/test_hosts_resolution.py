@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -182,11 +183,12 @@ def test_host_list_parsing() -> None:
 
 
 def test_remote_command_quotes_every_element() -> None:
-    line = remote_command(["printf", "%s", "a b;$x'"], cwd="/tmp/d ir", env={"LANG": "C"})
-    assert line == (
-        "exec /bin/sh -c 'printf '\"'\"'%s\\n'\"'\"' \"$$\"; cd -- '\"'\"'/tmp/d ir'\"'\"' && "
-        "exec env LANG=C printf %s '\"'\"'a b;$x'\"'\"'\"'\"'\"'\"'\"'\"''\"'\"''"
-    )
+    hostile = ["printf", "%s|", "a b;$x'", "$(id)", "`id`", "\\n"]
+    line = remote_command(hostile)
+    assert line.startswith("exec /bin/sh -c ")
+    # What sshd does with it: hand it to the login shell, which must run exactly that argv.
+    done = subprocess.run(["sh", "-c", line], capture_output=True, check=True)
+    assert done.stdout == "|".join(hostile[2:]).encode() + b"|"
 
 
 def test_pattern_block_without_hostname_refuses_odd_names(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from charpin_coordinator.remote import results
+from charpin_runner.runid import check_run_id, new_run_id
 from charpin_coordinator.remote.boxrun import BoxOutcome
 from charpin_coordinator.report import NotEvaluated
 from charpin_runner.errors import UsageError
@@ -29,7 +30,6 @@ def test_folder_names_are_safe_distinct_and_keep_plain_names() -> None:
 def test_layout_and_alias_kept_in_json(tmp_path: Path) -> None:
     ok = BoxOutcome(
         label="we ird'$;box",
-        folder="we_ird_box-1",
         raw_receipt=b'{"r": 1}',
         stdout=b"out",
         stderr=b"err",
@@ -37,7 +37,6 @@ def test_layout_and_alias_kept_in_json(tmp_path: Path) -> None:
     )
     bad = BoxOutcome(
         label="down",
-        folder="down",
         not_evaluated=NotEvaluated(label="down", kind="refused", reason="down: refused"),
     )
     folder = results.write_run(tmp_path / "runs", "run-1", [ok, bad], _FILES)
@@ -48,13 +47,13 @@ def test_layout_and_alias_kept_in_json(tmp_path: Path) -> None:
         "down/stdout.log",
         "drift.json",
         "drift.md",
-        "we_ird_box-1",
-        "we_ird_box-1/box.json",
-        "we_ird_box-1/receipt.json",
-        "we_ird_box-1/stderr.log",
-        "we_ird_box-1/stdout.log",
+        "we_ird_box-b6acc462",
+        "we_ird_box-b6acc462/box.json",
+        "we_ird_box-b6acc462/receipt.json",
+        "we_ird_box-b6acc462/stderr.log",
+        "we_ird_box-b6acc462/stdout.log",
     ]
-    meta = json.loads((folder / "we_ird_box-1" / "box.json").read_text())
+    meta = json.loads((folder / "we_ird_box-b6acc462" / "box.json").read_text())
     assert meta["label"] == "we ird'$;box" and meta["bytes_sent"] == 10
     assert json.loads((folder / "down" / "box.json").read_text())["kind"] == "refused"
     assert not [p for p in (tmp_path / "runs").iterdir() if p.name.startswith(".")]
@@ -67,8 +66,8 @@ def test_an_existing_run_is_never_reused(tmp_path: Path) -> None:
 
 
 def test_bad_run_ids_are_refused() -> None:
-    assert results.check_run_id("nightly-2026.11.30") == "nightly-2026.11.30"
+    assert check_run_id("nightly-2026.11.30") == "nightly-2026.11.30"
     for bad in ("../x", "a b", "", ".hidden", "a/b"):
         with pytest.raises(UsageError):
-            results.check_run_id(bad)
-    assert results.check_run_id(results.new_run_id())
+            check_run_id(bad)
+    assert check_run_id(new_run_id())

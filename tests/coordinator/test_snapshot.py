@@ -1,4 +1,4 @@
-"""Snapshot shipping through a LocalTransport box: bundle round trip, sha256 check, increments."""
+"""Snapshot shipping to a LocalTransport box's agent: bundle round trip, sha256 check, increments."""
 
 from __future__ import annotations
 
@@ -7,50 +7,60 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from charpin_coordinator.remote import snapshot
 from charpin_coordinator.remote.bundle import runner_bundle
+from charpin_coordinator.remote.errors import BoxError
+from charpin_coordinator.remote.session import BoxSession, shipped_agent
 from charpin_coordinator.remote.transport import LocalTransport
-from charpin_runner.errors import IntegrityError, UsageError
+from charpin_runner.errors import UsageError
 
 from tests.conftest import git, make_repo
 
 PY = sys.executable
+KEY = "0123456789abcdef"
 
 
-def _runner(box: LocalTransport) -> str:
-    """The runner zipapp on the box (the install step verifies checkouts with it)."""
-    path = Path(box.home()) / "runner.pyz"
-    if not path.exists():
-        path.write_bytes(runner_bundle().data)
-    return str(path)
-
-
-def _ship(box: LocalTransport, snap: snapshot.Snapshot, dest: str) -> int:
-    """Ship snap the way a run does; return the bytes this call put on the box."""
-    cache = f"{box.home()}/cache repo.git"
-    runner = _runner(box)
-    sent_before = box.stats.sent
-    has, haves = snapshot.box_haves(box, PY, cache, snap.commit)
-    path = sha = None
-    if not has:
-        bundle = snapshot.build_bundle(snap, haves)
-        path, sha = f"{box.home()}/snap.bundle", bundle.sha256
-        box.put(bundle.data, path)
-    got = snapshot.install(
-        box,
-        PY,
-        cache_repo=cache,
-        bundle_path=path,
-        bundle_sha256=sha,
-        commit=snap.commit,
-        dest=dest,
-        tree=snap.tree,
-        runner=runner,
+def _session(box: LocalTransport) -> BoxSession:
+    runner = runner_bundle()
+    return BoxSession.start(
+        box, shipped_agent(PY, box.home, runner), python=PY, runner=runner, timeout=60
     )
-    snapshot.check_identity(snap, got, box.name)
-    return box.stats.sent - sent_before
+
+
+def _prepare(session: BoxSession, snap: snapshot.Snapshot, run: str) -> dict[str, Any]:
+    fields = {"run_id": run, "folder": "box", "repo_key": KEY, "commit": snap.commit, "keep": True}
+    facts, _ = session.call("prepare", fields, b"{}", timeout=60)
+    return facts
+
+
+def _install(session: BoxSession, snap: snapshot.Snapshot, data: bytes, sha: str) -> None:
+    fields = {"bundle_sha256": sha, "commit": snap.commit, "ref": snapshot.BUNDLE_REF}
+    got, _ = session.call("install", {**fields, "tree": snap.tree}, data, timeout=60)
+    snapshot.check_identity(snap, got["head"], got["tree"], "box")
+
+
+def _ship(box: LocalTransport, snap: snapshot.Snapshot, run: str) -> int:
+    """Ship snap the way a run does (prepare, then install with the bundle the box needs);
+    return the size of the bundle that travelled (0: the box had the commit)."""
+    session = _session(box)
+    try:
+        facts = _prepare(session, snap, run)
+        bundle = None if facts["has"] else snapshot.build_bundle(snap, facts["haves"])
+        _install(session, snap, bundle.data if bundle else b"", bundle.sha256 if bundle else "")
+    finally:
+        session.close()
+    return len(bundle.data) if bundle else 0
+
+
+def _src(box: LocalTransport, run: str) -> Path:
+    return box.root / ".cache" / "charpin" / "runs" / run / "box" / "src"
+
+
+def _cache(box: LocalTransport) -> Path:
+    return box.root / ".cache" / "charpin" / "repos" / f"{KEY}.git"
 
 
 def _big_repo(root: Path) -> Path:
@@ -69,25 +79,25 @@ def test_round_trip_checks_out_the_commit_with_its_tree(tmp_path: Path) -> None:
     snap = snapshot.resolve(repo, "HEAD")
     box = LocalTransport("box", tmp_path / "box")
     box.root.mkdir()
-    dest = str(box.root / "run one" / "src")
-    _ship(box, snap, dest)
-    assert git(Path(dest), "rev-parse", "HEAD") == snap.commit
-    assert (Path(dest) / "a.txt").read_text() == "one\n"
-    assert not (box.root / "snap.bundle").exists()
+    assert _ship(box, snap, "one") > 0
+    dest = _src(box, "one")
+    assert git(dest, "rev-parse", "HEAD") == snap.commit
+    assert (dest / "a.txt").read_text() == "one\n"
+    assert not (dest.parent / "snapshot.bundle").exists()
 
 
 def test_second_run_after_one_file_commit_sends_a_small_fraction(tmp_path: Path) -> None:
     repo = _big_repo(tmp_path / "src")
     box = LocalTransport("box", tmp_path / "box")
     box.root.mkdir()
-    first = _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r1"))
+    first = _ship(box, snapshot.resolve(repo, "HEAD"), "r1")
     (repo / "pkg/mod_7.py").write_text("VALUE_7 = 'changed'\n")
     git(repo, "commit", "-qam", "one file")
-    second = _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r2"))
+    second = _ship(box, snapshot.resolve(repo, "HEAD"), "r2")
     print(f"first={first} second={second} ratio={second / first:.4f}")
     assert second < first * 0.10
-    # The same commit again: nothing travels at all.
-    assert _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r3")) == 0
+    # The same commit again: no bundle travels at all.
+    assert _ship(box, snapshot.resolve(repo, "HEAD"), "r3") == 0
 
 
 def test_tampered_bundle_is_refused_on_the_box(tmp_path: Path) -> None:
@@ -96,28 +106,23 @@ def test_tampered_bundle_is_refused_on_the_box(tmp_path: Path) -> None:
     box = LocalTransport("box", tmp_path / "box")
     box.root.mkdir()
     bundle = snapshot.build_bundle(snap)
-    path = str(box.root / "snap.bundle")
-    box.put(bundle.data[:-1] + bytes([bundle.data[-1] ^ 1]), path)
-    with pytest.raises(IntegrityError, match="does not match"):
-        snapshot.install(
-            box,
-            PY,
-            cache_repo=str(box.root / "c.git"),
-            bundle_path=path,
-            bundle_sha256=bundle.sha256,
-            commit=snap.commit,
-            dest=str(box.root / "src"),
-            tree=snap.tree,
-            runner=_runner(box),
-        )
-    assert not (box.root / "src").exists()
+    session = _session(box)
+    try:
+        _prepare(session, snap, "r1")
+        with pytest.raises(BoxError, match="does not match") as caught:
+            _install(session, snap, bundle.data[:-1] + bytes([bundle.data[-1] ^ 1]), bundle.sha256)
+    finally:
+        session.close()
+    assert caught.value.kind == "snapshot-integrity"
+    assert not _src(box, "r1").exists()
 
 
 def test_identity_mismatch_is_an_integrity_error(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "src", {"a.txt": "one\n"})
     snap = snapshot.resolve(repo, "HEAD")
-    with pytest.raises(IntegrityError, match="expected"):
-        snapshot.check_identity(snap, snapshot.CheckedOut(head="0" * 40, tree=snap.tree), "b")
+    with pytest.raises(BoxError, match="expected") as caught:
+        snapshot.check_identity(snap, "0" * 40, snap.tree, "b")
+    assert caught.value.kind == "snapshot-integrity"
 
 
 def test_unknown_revision_is_a_usage_error(tmp_path: Path) -> None:
@@ -151,29 +156,29 @@ def test_a_poisoned_cache_repository_is_caught_by_the_files_and_dropped(tmp_path
     repo = make_repo(tmp_path / "src", {"a.txt": "one\n", "b.txt": "two\n"})
     box = LocalTransport("box", tmp_path / "box")
     box.root.mkdir()
-    _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r1"))
-    cache = box.root / "cache repo.git"
+    _ship(box, snapshot.resolve(repo, "HEAD"), "r1")
+    cache = _cache(box)
     # An earlier run's test rewrote the object behind a.txt; the next commit reuses that blob.
     _poison(cache, git(repo, "rev-parse", "HEAD:a.txt"), b"poisoned\n")
     (repo / "b.txt").write_text("three\n")
     git(repo, "commit", "-qam", "next")
     snap = snapshot.resolve(repo, "HEAD")
-    with pytest.raises(IntegrityError, match="tampered"):
-        _ship(box, snap, str(box.root / "r2"))
+    with pytest.raises(BoxError, match="tampered"):
+        _ship(box, snap, "r2")
     # git itself was fooled: it checked the attacker's bytes out under the right ids.
-    assert (box.root / "r2" / "a.txt").read_text() == "poisoned\n"
+    assert (_src(box, "r2") / "a.txt").read_text() == "poisoned\n"
     # The cache is gone, so the next run ships everything again and gets the real files.
     assert not cache.exists()
-    _ship(box, snap, str(box.root / "r3"))
-    assert (box.root / "r3" / "a.txt").read_text() == "one\n"
+    _ship(box, snap, "r3")
+    assert (_src(box, "r3") / "a.txt").read_text() == "one\n"
 
 
 def test_a_planted_hook_in_the_cache_repository_never_runs(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "src", {"a.txt": "one\n"})
     box = LocalTransport("box", tmp_path / "box")
     box.root.mkdir()
-    _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r1"))
-    cache = box.root / "cache repo.git"
+    _ship(box, snapshot.resolve(repo, "HEAD"), "r1")
+    cache = _cache(box)
     marker = tmp_path / "hook-ran"
     hook = tmp_path / "evil-hooks"
     hook.mkdir()
@@ -184,5 +189,5 @@ def test_a_planted_hook_in_the_cache_repository_never_runs(tmp_path: Path) -> No
         handle.write(f"[core]\n\thooksPath = {hook}\n\tfsmonitor = {hook / 'fsmonitor'}\n")
     (repo / "a.txt").write_text("two\n")
     git(repo, "commit", "-qam", "next")
-    _ship(box, snapshot.resolve(repo, "HEAD"), str(box.root / "r2"))
+    _ship(box, snapshot.resolve(repo, "HEAD"), "r2")
     assert not marker.exists()

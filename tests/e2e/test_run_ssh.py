@@ -253,7 +253,7 @@ def test_sshd_killed_mid_run_is_not_evaluated(sshd_factory: SshdFactory, tmp_pat
     repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
     proc = _spawn(repo, _ssh_config(tmp_path, [box]), "doomed,local")
     try:
-        assert _wait(lambda: list(box.root.glob(".cache/charpin/runs/*/*/pid")), 60)
+        assert _wait(lambda: list(box.root.glob(".cache/charpin/runs/*/*/stdout.log")), 60)
         box.kill_sshd()
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -273,7 +273,7 @@ def test_sigint_mid_run_cleans_the_box_and_writes_a_partial_report(
     repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
     proc = _spawn(repo, _ssh_config(tmp_path, [box]), "intr")
     try:
-        assert _wait(lambda: list(box.root.glob(".cache/charpin/runs/*/*/pid")), 60)
+        assert _wait(lambda: list(box.root.glob(".cache/charpin/runs/*/*/stdout.log")), 60)
         time.sleep(1.0)  # let pytest start inside the runner
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from charpin_coordinator.remote.errors import BoxError
 from charpin_coordinator.remote.hostkeys import load_known_hosts, parse_line
-from charpin_coordinator.remote.hosts import BoxError, HostSpec, resolve_hosts
+from charpin_coordinator.remote.hosts import HostSpec, resolve_hosts
 from charpin_coordinator.remote.ssh import open_box
 
 from tests.hostile.harness import not_evaluated, repo_with, run

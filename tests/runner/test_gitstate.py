@@ -9,7 +9,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from charpin_runner import gitstate
+from charpin_runner import gitcmd, gitstate
 from charpin_runner.errors import RunError, UsageError
 
 from tests.conftest import git, make_repo
@@ -592,32 +592,6 @@ def test_a_rewritten_tree_object_does_not_hide_an_edit(repo: Path) -> None:
     assert gitstate.written_paths(before, after) == ["dir/c.txt"]
 
 
-def test_safe_git_ignores_the_callers_git_variables_and_global_config(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".gitconfig").write_text("[user]\n\tname = from-global\n")
-    git(repo, "config", "core.hooksPath", str(tmp_path))
-    blob = git(repo, "rev-parse", "HEAD:a.txt")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere"))
-    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'core.fsmonitor'='evil'")
-    assert gitstate.safe_git(["config", "user.name"], repo).stdout == b""
-    assert gitstate.safe_git(["config", "core.hooksPath"], repo).stdout == b"/dev/null\n"
-    assert gitstate.safe_git(["config", "core.fsmonitor"], repo).stdout == b"false\n"
-    hashed = gitstate.safe_git(["hash-object", "--stdin-paths"], repo, input=b"a.txt\n")
-    assert hashed.stdout.decode().strip() == blob
-
-
-def test_safe_git_has_a_deadline(repo: Path) -> None:
-    os.mkfifo(repo / ".git" / "packed-refs.fifo")
-    (repo / ".git" / "packed-refs").unlink(missing_ok=True)
-    os.rename(repo / ".git" / "packed-refs.fifo", repo / ".git" / "packed-refs")
-    with pytest.raises(RunError, match="did not finish within 1 s"):
-        gitstate.safe_git(["rev-parse", "HEAD"], repo, timeout=1)
-
-
 def test_a_checkout_owned_by_another_user_is_measured_where_the_user_trusts_it(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -630,14 +604,14 @@ def test_a_checkout_owned_by_another_user_is_measured_where_the_user_trusts_it(
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
     subprocess.run(["chown", "-R", "65534", str(repo)], check=True)
-    gitstate.user_safe_directories.cache_clear()
+    gitcmd.user_safe_directories.cache_clear()
     with pytest.raises(UsageError, match=r"owned by another user.*safe\.directory"):
         gitstate.find_toplevel(repo)
     subprocess.run(["git", "config", "--global", "--add", "safe.directory", str(repo)], check=True)
-    gitstate.user_safe_directories.cache_clear()
+    gitcmd.user_safe_directories.cache_clear()
     try:
         (repo / "a.txt").write_text("edited\n")
         assert gitstate.find_toplevel(repo) == Path(os.path.realpath(repo))
         assert gitstate.read_state(repo).dirty == ["a.txt"]
     finally:
-        gitstate.user_safe_directories.cache_clear()
+        gitcmd.user_safe_directories.cache_clear()

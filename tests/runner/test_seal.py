@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
-from charpin_coordinator.remote.boxrun import StepError, decode_sealed
+from charpin_coordinator.redact import Redactor
+from charpin_coordinator.remote.boxrun import accept_receipt
+from charpin_coordinator.remote.errors import BoxError
 from charpin_runner import seal
 from charpin_runner.errors import IntegrityError
 from charpin_runner.receipt import dumps
@@ -43,11 +46,16 @@ def test_a_seal_cannot_be_moved_to_another_status() -> None:
         seal.check(key, RUN, raw, json.dumps(doc).encode(), "box")
 
 
+def decode_sealed(raw: bytes, sealed: bytes, *, exit_code: int | None = None, **kw: str) -> Any:
+    """The coordinator's acceptance of a box receipt, with nothing to mask."""
+    return accept_receipt(raw, sealed, exit_code=exit_code, redactor=Redactor({}), **kw)[1]
+
+
 def test_the_sealed_status_must_be_what_the_receipt_means() -> None:
     receipt = make_receipt("a")
     failed = dataclasses.replace(receipt.exit, interpretation="failed", status=1)
     key, raw, sealed = _sealed(0, exit=failed)
-    with pytest.raises(StepError, match="means 1") as caught:
+    with pytest.raises(BoxError, match="means 1") as caught:
         decode_sealed(raw, sealed, key=key, run_id=RUN, label="box")
     assert caught.value.kind == "receipt-refused"
     key, raw, sealed = _sealed(1, exit=failed)
@@ -56,7 +64,7 @@ def test_the_sealed_status_must_be_what_the_receipt_means() -> None:
 
 def test_a_process_status_other_than_the_sealed_one_is_refused() -> None:
     key, raw, sealed = _sealed()
-    with pytest.raises(StepError, match="exited 3 but sealed 0"):
+    with pytest.raises(BoxError, match="exited 3 but sealed 0"):
         decode_sealed(raw, sealed, key=key, run_id=RUN, label="box", exit_code=3)
-    with pytest.raises(StepError, match="no seal"):
+    with pytest.raises(BoxError, match="no seal"):
         decode_sealed(raw, b"", key=key, run_id=RUN, label="box")

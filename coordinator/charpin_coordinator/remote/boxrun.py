@@ -1,38 +1,39 @@
-"""Coordinator side. One box's pipeline: connect, ship, setup, test, fetch -> BoxOutcome.
+"""Coordinator side. One box's pipeline over one agent session -> BoxOutcome.
 
-Never raises for box-side problems: whatever goes wrong becomes a NotEvaluated with a kind and
-a one-line reason, so one bad box never hides the others. Every remote step is a short Python
-script (stdlib, Python >= 3.9) run with `python3 -I -c`, its values passed as argv, never pasted
-into the source; the test run itself is detached with its own session and writes to files.
+connect -> start the agent -> prepare -> ship (bundle + install) -> setup -> launch (wait for the
+runner's end) -> fetch (receipt, seal, logs) -> clean. Never raises for a box-side problem:
+whatever goes wrong becomes the outcome's NotEvaluated (errors.py has the kinds), so one bad box
+never hides the others. The `local` box runs the same steps in place, skipping ship and setup.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
 from charpin_runner import seal
+from charpin_runner.box.launch import GRACE_SECONDS, TERM_WAIT_SECONDS
 from charpin_runner.errors import EXIT_INTERRUPTED, CharpinError, IntegrityError
 from charpin_runner.receipt import Receipt
 
 from charpin_coordinator.receipts import load_receipt
+from charpin_coordinator.redact import Redactor
+from charpin_coordinator.remote import session as sessions
 from charpin_coordinator.remote import snapshot
-from charpin_coordinator.remote.boxscripts import CLEAN, KILL, LAUNCH, PREP, SETUP, TAIL, WAIT
 from charpin_coordinator.remote.bundle import RunnerBundle
-from charpin_coordinator.remote.transport import Completed, Transport
-from charpin_coordinator.report import NotEvaluated, NotEvaluatedKind
+from charpin_coordinator.remote.errors import BoxError
+from charpin_coordinator.remote.transport import Transport
+from charpin_coordinator.report import NotEvaluated
 
-MAX_LOG_BYTES = 8 * 1024 * 1024
-MAX_RECEIPT_BYTES = 64 * 1024 * 1024
-GRACE_SECONDS = 20.0  # past the runner's own --timeout before the coordinator kills the group
-TERM_WAIT_SECONDS = 8.0  # time the runner gets after SIGTERM to write its receipt
-_STEP_TIMEOUT = 120.0
-_POLL_SECONDS = 2.0
+STEP_SECONDS = 120.0  # one short step (prepare, fetch, clean), never past the box's deadline
+_SHIP_SECONDS = 300.0
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 
 Phase = Callable[[str, str], None]
 
@@ -50,19 +51,22 @@ class RunPlan:
     runner: RunnerBundle
     repo_key: str
     sandbox: str = "auto"  # the runner's --sandbox: auto, required or off
+    # Secrets of the coordinator's environment, masked in all a box gives back (design §8).
+    redactor: Redactor = field(default_factory=lambda: Redactor.from_env(os.environ))
 
 
 @dataclass(frozen=True)
 class BoxTarget:
-    """One requested box: its label, how to reach it and its per-host extras."""
+    """One requested box: its alias, how to reach it, and its per-host extras."""
 
     label: str
-    folder: str
     connect: Callable[[], Transport]
     python: str = "python3"
     setup: Sequence[str] | None = None
     timeout: float | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    # The working tree this box runs in place (`local`); None ships the snapshot.
+    in_place: str | None = None
 
 
 @dataclass
@@ -70,30 +74,28 @@ class BoxOutcome:
     """What one box gave back: a decoded receipt, or why it could not be evaluated."""
 
     label: str
-    folder: str
     receipt: Receipt | None = None
-    raw_receipt: bytes | None = None
+    raw_receipt: bytes | None = None  # as stored in the run folder: secrets masked
     stdout: bytes = b""
     stderr: bytes = b""
     not_evaluated: NotEvaluated | None = None
     interrupted: bool = False
     sent: int = 0
     received: int = 0
+    channels: int = 0  # channels opened to the box: one per run
     phases: dict[str, float] = field(default_factory=dict)
 
 
-class StepError(Exception):
-    """A box-side problem with its NotEvaluated kind (internal to this module)."""
-
-    def __init__(self, kind: str, reason: str):
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
+def receipt_label(alias: str) -> str:
+    """The label a box's receipt carries: its alias, made safe for the runner's --label."""
+    if _LABEL.fullmatch(alias):
+        return alias
+    return re.sub(r"[^A-Za-z0-9._@+-]+", "_", alias).strip("._@+-")[:64] or "box"
 
 
 def run_box(target: BoxTarget, plan: RunPlan, phase: Phase, stop: threading.Event) -> BoxOutcome:
     """Run the whole pipeline on one box; always return an outcome."""
-    out = BoxOutcome(label=target.label, folder=target.folder)
+    out = BoxOutcome(label=target.label)
     box: Transport | None = None
     try:
         phase(target.label, "connect")
@@ -101,14 +103,22 @@ def run_box(target: BoxTarget, plan: RunPlan, phase: Phase, stop: threading.Even
         ends = time.monotonic() + float(target.timeout or plan.timeout)
         box = target.connect()
         _Pipeline(box, target, plan, phase, stop, out, ends).run()
-    except StepError as exc:
-        out.not_evaluated = _not_evaluated(target.label, exc.kind, exc.reason)
-    except Exception as exc:
-        out.not_evaluated = _not_evaluated(target.label, _kind_of(exc), _one_line(exc))
+    except BoxError as exc:
+        out.not_evaluated = exc.not_evaluated()
+    except Exception as exc:  # a bug or a surprise on one box must not hide the others
+        out.not_evaluated = NotEvaluated(
+            label=target.label, kind="runner-failed", reason=f"{target.label}: {_one_line(exc)}"
+        )
     finally:
         if box is not None:
             out.sent, out.received = box.stats.sent, box.stats.received
+            out.channels = box.stats.channels
             _close(box)
+    if out.not_evaluated is not None:
+        ne = out.not_evaluated
+        out.not_evaluated = NotEvaluated(
+            label=ne.label, kind=ne.kind, reason=plan.redactor.text(ne.reason)
+        )
     phase(target.label, "done" if out.not_evaluated is None else "not evaluated")
     return out
 
@@ -126,318 +136,215 @@ class _Pipeline:
         out: BoxOutcome,
         ends: float,
     ):
-        self.box, self.target, self.plan, self.phase, self.stop, self.out = (
-            box,
-            target,
-            plan,
-            phase,
-            stop,
-            out,
-        )
-        self.python = target.python
-        self.ends = ends
-        # Caches the untrusted test command could have written; removed unless a sealed
-        # receipt says the runner watched them through the whole run.
-        self.caches: list[str] = []
+        self.box, self.target, self.plan = box, target, plan
+        self.phase, self.stop, self.out, self.ends = phase, stop, out, ends
+        self.label = target.label
         self.launched = False
-        self.killed_at_deadline = False
-        self.paths: dict[str, str] = {}
-        # Fresh per box and run; travels on the launcher's stdin, never in argv.
-        self.seal_key = seal.new_key()
+        self.session: sessions.BoxSession | None = None
+        self.seal_key = ""
 
     def run(self) -> None:
-        prep = self._prepare()
+        self.session = self._start()
         try:
-            self.phase(self.target.label, "ship")
-            sha = self._ship(prep)
+            facts = self._prepare()
+            sha = None
+            if self.target.in_place is None:
+                self.phase(self.label, "ship")
+                sha = self._ship(facts)
+                self._check_stop()
+                self.phase(self.label, "setup")
+                self._setup(facts)
             self._check_stop()
-            self.phase(self.target.label, "setup")
-            python = self._setup(prep)
-            self._check_stop()
-            self.phase(self.target.label, "test")
-            self._test(python, sha)
-            self.phase(self.target.label, "fetch")
-            self._fetch()
+            self.phase(self.label, "test")
+            status, ended = self._launch(sha)
+            self.phase(self.label, "fetch")
+            self._fetch(status, ended)
         finally:
-            # The test command started but no sealed receipt vouches for the caches after it.
-            discard = self.caches if self.launched and self.out.receipt is None else []
-            if discard or not self.plan.keep:
-                run_folder = "" if self.plan.keep else self.paths["run"]
-                self._step(
-                    [self.python, "-I", "-c", CLEAN, run_folder, *discard],
-                    "cleaning up",
-                    timeout=_STEP_TIMEOUT,
-                )
+            self._clean()
+            self.session.close()
+
+    def _start(self) -> sessions.BoxSession:
+        home = self.box.home
+        if self.target.in_place is not None:
+            argv, runner = sessions.local_agent(home), None
+        else:
+            argv = sessions.shipped_agent(self.target.python, home, self.plan.runner)
+            runner = self.plan.runner
+        return sessions.BoxSession.start(
+            self.box, argv, python=self.target.python, runner=runner, timeout=self._step_seconds()
+        )
+
+    def _call(
+        self, op: str, fields: Mapping[str, Any], payload: bytes = b"", **kw: Any
+    ) -> tuple[dict[str, Any], bytes]:
+        assert self.session is not None
+        return self.session.call(op, fields, payload, **kw)
 
     def _prepare(self) -> dict[str, Any]:
-        setup = self._setup_commands()
-        # One round trip: the box finds its home (SSH) and cache state and stores the config.
-        home = "" if getattr(self.box, "home_on_box", False) else self.box.home()
-        done = self.box.run(
-            [
-                self.python,
-                "-I",
-                "-c",
-                PREP,
-                home,
-                self.plan.run_id,
-                self.target.folder,
-                self.plan.repo_key,
-                self.plan.runner.name,
-                "1" if setup else "0",
-                self.plan.snap.commit,
-                str(snapshot.MAX_HAVES),
-            ],
-            timeout=self._step_timeout(),
-            stdin=json.dumps(dict(self.plan.config_table)).encode(),
-        )
-        if done.timed_out:
-            raise StepError(
-                "timeout",
-                f"{self.target.label}: {self.python} did not answer within the box's "
-                f"{float(self.target.timeout or self.plan.timeout):g}s deadline; check the box "
-                "or raise --timeout / the host's timeout",
-            )
-        if done.returncode != 0 or not done.stdout.strip():
-            raise StepError("unsupported-box", _unsupported(self.target, done.stderr))
-        prep: dict[str, Any] = json.loads(done.stdout)
-        if prep.get("problem"):
-            raise StepError("unsupported-box", f"{self.target.label}: {prep['problem']}")
-        if self.plan.sandbox == "required" and not prep.get("bwrap"):
-            raise StepError(
+        fields = {
+            "run_id": self.plan.run_id,
+            "folder": receipt_label(self.label).replace("@", "_").replace("+", "_"),
+            "repo_key": self.plan.repo_key,
+            "commit": self.plan.snap.commit,
+            "need_venv": bool(self._setup_commands()) and self.target.in_place is None,
+            "keep": self.plan.keep,
+            "in_place": self.target.in_place or "",
+            "python": self.target.python,
+        }
+        config = json.dumps(dict(self.plan.config_table)).encode()
+        facts, _ = self._call("prepare", fields, config, timeout=self._step_seconds())
+        if self.plan.sandbox == "required" and not facts.get("bwrap"):
+            raise BoxError(
+                self.label,
                 "no-sandbox",
-                f"{self.target.label}: --sandbox required, but the box has no bubblewrap; "
-                "install it there (apt-get install bubblewrap) or use --sandbox auto",
+                "--sandbox required, but the box has no bubblewrap; install it there "
+                "(apt-get install bubblewrap) or use --sandbox auto",
             )
-        self.paths = {k: str(v) for k, v in prep["paths"].items()}
-        self.caches.append(self.paths["cache_repo"])
-        return prep
+        return facts
 
-    def _ship(self, prep: dict[str, Any]) -> str | None:
-        if prep["runner_sha256"] != self.plan.runner.sha256:
-            self.box.put(self.plan.runner.data, self.paths["runner"])
+    def _ship(self, facts: Mapping[str, Any]) -> str | None:
         snap = self.plan.snap
-        has, haves = bool(prep["has"]), [str(sha) for sha in prep["haves"]]
-        bundle = None if has else snapshot.build_bundle(snap, haves)
-        if bundle is not None:
-            self.box.put(bundle.data, self.paths["bundle"])
-        try:
-            got = snapshot.install(
-                self.box,
-                self.python,
-                cache_repo=self.paths["cache_repo"],
-                bundle_path=self.paths["bundle"] if bundle else None,
-                bundle_sha256=bundle.sha256 if bundle else None,
-                commit=snap.commit,
-                dest=self.paths["src"],
-                tree=snap.tree,
-                runner=self.paths["runner"],
-            )
-            snapshot.check_identity(snap, got, self.target.label)
-        except IntegrityError as exc:
-            raise StepError("snapshot-integrity", str(exc)) from exc
+        bundle = None
+        if not facts.get("has"):
+            bundle = snapshot.build_bundle(snap, [str(sha) for sha in facts.get("haves", [])])
+        fields = {
+            "bundle_sha256": bundle.sha256 if bundle else "",
+            "commit": snap.commit,
+            "ref": snapshot.BUNDLE_REF,
+            "tree": snap.tree,
+        }
+        got, _ = self._call(
+            "install",
+            fields,
+            bundle.data if bundle else b"",
+            timeout=min(_SHIP_SECONDS, self._left()),
+        )
+        snapshot.check_identity(snap, str(got.get("head")), str(got.get("tree")), self.label)
         return bundle.sha256 if bundle else None
 
     def _setup_commands(self) -> list[str]:
         extra = self.target.setup
         return list(self.plan.setup if extra is None else extra)
 
-    def _setup(self, prep: dict[str, Any]) -> str:
+    def _setup(self, facts: Mapping[str, Any]) -> None:
         commands = self._setup_commands()
         if not commands:
-            if not prep["has_pytest"]:
-                raise StepError(
+            if not facts.get("has_pytest"):
+                raise BoxError(
+                    self.label,
                     "setup-failed",
-                    (
-                        f"{self.target.label}: {self.python} cannot import pytest; add "
-                        'setup = ["pip install pytest"] to [tool.charpin] (or the host\'s table)'
-                    ),
+                    f"{self.target.python} cannot import pytest; add "
+                    'setup = ["pip install pytest"] to [tool.charpin] (or the host\'s table)',
                 )
-            return self.python
-        done = self.box.run(
-            [
-                self.python,
-                "-I",
-                "-c",
-                SETUP,
-                self.paths["venvs"],
-                self.paths["src"],
-                json.dumps(commands),
-                str(self._deadline()),
-            ],
-            timeout=self._deadline() + 30,
+            return
+        seconds = self._left()
+        self._call(
+            "setup", {"commands": commands, "seconds": seconds}, timeout=seconds + STEP_SECONDS
         )
-        if done.timed_out:
-            raise StepError(
-                "timeout", f"{self.target.label}: setup ran past the box deadline: {_tail(done.stderr)}"
-            )
-        if done.returncode != 0:
-            raise StepError(
-                "setup-failed", f"{self.target.label}: setup failed: {_tail(done.stderr)}"
-            )
-        made = json.loads(done.stdout)
-        self.caches.append(str(made["venv"]))
-        return str(made["python"])
 
-    def _step_timeout(self) -> float:
-        """A short step's limit: its own cap, never past the box's deadline."""
-        return max(1.0, min(_STEP_TIMEOUT, self.ends - time.monotonic()))
+    def _launch(self, sha: str | None) -> tuple[int | None, str]:
+        seconds = self._left()
+        key = seal.new_key()
+        self.seal_key = key
+        fields = {
+            "label": receipt_label(self.label),
+            "run_id": self.plan.run_id,
+            "commit": self.plan.snap.commit,
+            "timeout": seconds,
+            "sandbox": self.plan.sandbox,
+            "snapshot_sha256": sha or "",
+            "host_key_fingerprint": self.box.host_key_fingerprint or "",
+            "host_key_accepted_new": self.box.host_key_accepted_new,
+            # Values travel in the frame, never in argv (ps, /proc/PID/cmdline on the box).
+            "env": [f"{k}={v}" for k, v in sorted(self.target.env.items())],
+            "key": key,
+        }
+        self.launched = True
+        # The agent enforces the deadline itself; this wait only outlives it.
+        wait = seconds + GRACE_SECONDS + TERM_WAIT_SECONDS + STEP_SECONDS
+        reply, _ = self._call("launch", fields, timeout=wait, stop=self.stop)
+        ended = str(reply.get("ended"))
+        self.out.interrupted = ended == "stopped"
+        status = reply.get("status")
+        return (status if isinstance(status, int) else None), ended
 
-    def _deadline(self) -> float:
+    def _fetch(self, status: int | None, ended: str) -> None:
+        reply, data = self._call("fetch", {}, timeout=self._step_seconds(floor=STEP_SECONDS))
+        parts = _split(reply, data)
+        redact = self.plan.redactor
+        self.out.stdout = redact.data(_log("stdout", parts))
+        self.out.stderr = redact.data(_log("stderr", parts))
+        raw, problem = parts["receipt"][0], parts["receipt"][1]
+        if problem is not None:
+            raise BoxError(self.label, *self._no_receipt(ended, problem))
+        sealed = parts["seal"][0]
+        # Kept in the run folder even when refused: the evidence of what was planted.
+        self.out.raw_receipt = redact.data(raw)
+        masked, receipt = accept_receipt(
+            raw,
+            sealed,
+            key=self.seal_key,
+            run_id=self.plan.run_id,
+            label=self.label,
+            exit_code=status if ended == "exit" else None,
+            redactor=redact,
+        )
+        self.out.raw_receipt, self.out.receipt = masked, receipt
+
+    def _no_receipt(self, ended: str, problem: str) -> tuple[Any, str]:
+        if ended == "stopped":
+            return "interrupted", "interrupted before it wrote a receipt"
+        if ended == "deadline":
+            return "timeout", (
+                f"killed at the {float(self.target.timeout or self.plan.timeout):.0f}s box "
+                "deadline before it wrote a receipt; raise --timeout or the host's timeout"
+            )
+        tail = " | ".join(self.out.stderr.decode("utf-8", "replace").strip().splitlines()[-6:])
+        return "runner-failed", (
+            f"the runner wrote no receipt (receipt.json {problem}); its stderr: "
+            f"{tail or '(no output)'}"
+        )
+
+    def _clean(self) -> None:
+        # The test command started but no sealed receipt vouches for the caches after it.
+        discard = self.launched and self.out.receipt is None
+        if self.session is None:
+            return
+        try:
+            self._call("clean", {"discard": discard}, timeout=STEP_SECONDS)
+        except BoxError:
+            pass  # the agent also cleans up when the channel ends without a goodbye
+
+    def _left(self) -> float:
         """Seconds left of this box's one deadline (setup and tests share it)."""
         return max(1.0, round(self.ends - time.monotonic(), 1))
 
-    def _receipt_argv(self, python: str, sha: str | None) -> list[str]:
-        p = self.paths
-        argv = [
-            python,
-            p["runner"],
-            "receipt",
-            "--repo",
-            p["src"],
-            "--label",
-            self.target.folder,
-            "-o",
-            p["receipt"],
-            "--config-json",
-            p["config"],
-            "--run-id",
-            self.plan.run_id,
-            "--expected-commit",
-            self.plan.snap.commit,
-            "--timeout",
-            str(self._deadline()),
-            "--seal-stdin",
-            "--sandbox",
-            self.plan.sandbox,
-            "--protect",
-            p["runner"],
-            "-q",
-        ]
-        # Caches later runs read: watched through the run, removed by the runner if changed.
-        for cache in self.caches:
-            argv += ["--disposable", cache]
-        if sha:
-            argv += ["--snapshot-sha256", sha]
-        fingerprint = getattr(self.box, "host_key_fingerprint", None)
-        if fingerprint:
-            argv += ["--host-key-fingerprint", str(fingerprint)]
-            if getattr(self.box, "host_key_accepted_new", False):
-                argv.append("--host-key-accepted-new")
-        return argv
-
-    def _test(self, python: str, sha: str | None) -> None:
-        env = [f"{k}={v}" for k, v in sorted(self.target.env.items())]
-        launch = [
-            self.python,
-            "-I",
-            "-c",
-            LAUNCH,
-            self.paths["run"],
-            *self._receipt_argv(python, sha),
-        ]
-        given = {"env": env, "key": self.seal_key}
-        done = self._step(launch, "starting the runner", stdin=json.dumps(given).encode())
-        self.launched = True
-        pid = int(done.stdout.strip())
-        ends = self.ends + GRACE_SECONDS
-        while not self._finished(pid):
-            if self.stop.is_set() or time.monotonic() > ends:
-                self.out.interrupted = self.stop.is_set()
-                self.killed_at_deadline = not self.out.interrupted
-                self._step(
-                    [self.python, "-I", "-c", KILL, str(pid), str(TERM_WAIT_SECONDS)],
-                    "killing the run",
-                    timeout=TERM_WAIT_SECONDS + 30,
-                )
-                return
-
-    def _finished(self, pid: int) -> bool:
-        done = self._step(
-            [self.python, "-I", "-c", WAIT, str(pid), str(_POLL_SECONDS)],
-            "waiting for the runner",
-            timeout=_POLL_SECONDS + 60,
-        )
-        return done.stdout.strip() == b"gone"
-
-    def _fetch(self) -> None:
-        self.out.stdout = self._get_log("stdout")
-        self.out.stderr = self._get_log("stderr")
-        try:
-            raw = self.box.get(self.paths["receipt"], max_bytes=MAX_RECEIPT_BYTES)
-        except (IntegrityError, OSError) as exc:
-            if self.out.interrupted:
-                kind, why = "interrupted", "interrupted before it wrote a receipt"
-            elif self.killed_at_deadline:
-                kind, why = (
-                    "timeout",
-                    f"killed at the {self._deadline():.0f}s box deadline "
-                    + ("before it wrote a receipt; raise --timeout or the host's timeout"),
-                )
-            else:
-                kind = "runner-failed"
-                why = (
-                    f"the runner wrote no receipt ({_one_line(exc)}); its stderr: "
-                    f"{_tail(self.out.stderr)}"
-                )
-            raise StepError(kind, f"{self.target.label}: {why}") from exc
-        try:
-            sealed = self.box.get(self.paths["receipt"] + seal.SEAL_SUFFIX, max_bytes=seal.MAX_SEAL_BYTES)
-        except (IntegrityError, OSError):
-            sealed = b""
-        self.out.raw_receipt = raw
-        self.out.receipt = decode_sealed(
-            raw, sealed, key=self.seal_key, run_id=self.plan.run_id, label=self.target.label
-        )
-
-    def _get_log(self, name: str) -> bytes:
-        try:
-            return self.box.get(self.paths[name], max_bytes=MAX_LOG_BYTES)
-        except (IntegrityError, OSError) as exc:
-            tail = self._log_tail(name)
-            if tail is not None:  # a verbose failing suite: its end says what went wrong
-                note = f"(charpin-remote: {name}.log is over {MAX_LOG_BYTES} bytes; its end:)\n"
-                return note.encode() + tail
-            return f"(charpin-remote: {name}.log not fetched: {_one_line(exc)})\n".encode()
-
-    def _log_tail(self, name: str) -> bytes | None:
-        """The last MAX_LOG_BYTES of a log that is too big to fetch whole, or None."""
-        done = self.box.run(
-            [self.python, "-I", "-c", TAIL, self.paths[name], str(MAX_LOG_BYTES)],
-            timeout=_STEP_TIMEOUT,
-        )
-        if done.returncode != 0 or done.timed_out:
-            return None
-        return done.stdout[-MAX_LOG_BYTES:]
-
-    def _step(
-        self,
-        argv: list[str],
-        what: str,
-        *,
-        timeout: float = _STEP_TIMEOUT,
-        stdin: bytes | None = None,
-    ) -> Completed:
-        done = self.box.run(argv, timeout=timeout, stdin=stdin)
-        if done.returncode != 0 or done.timed_out:
-            raise StepError(
-                "runner-failed", f"{self.target.label}: {what} failed: {_tail(done.stderr)}"
-            )
-        return done
+    def _step_seconds(self, floor: float = 1.0) -> float:
+        return max(floor, min(STEP_SECONDS, self.ends - time.monotonic()))
 
     def _check_stop(self) -> None:
         if self.stop.is_set():
             self.out.interrupted = True
-            raise StepError("interrupted", f"{self.target.label}: interrupted before the tests ran")
+            raise BoxError(self.label, "interrupted", "interrupted before the tests ran")
 
 
-def decode_sealed(
-    raw: bytes, sealed: bytes, *, key: str, run_id: str, label: str, exit_code: int | None = None
-) -> Receipt:
-    """The one place a box's receipt is accepted: its seal checked against this run's key (so
-    the test command cannot have planted it), then decoded strictly as untrusted input, then its
-    exit status reconciled with the one the runner sealed (and, where the coordinator saw the
-    runner's process end, with that too)."""
+def accept_receipt(
+    raw: bytes,
+    sealed: bytes,
+    *,
+    key: str,
+    run_id: str,
+    label: str,
+    exit_code: int | None,
+    redactor: Redactor,
+) -> tuple[bytes, Receipt]:
+    """The one place a box's receipt is accepted; returns (masked bytes, decoded receipt).
+
+    Its seal is checked against this run's key over the bytes the runner wrote (so the test
+    command cannot have planted them), the exit status the runner sealed is reconciled with the
+    one the agent saw it end with, the bytes are decoded once, strictly, as untrusted input,
+    and reconciled with the sealed status; the bytes returned have the coordinator's secrets
+    masked, for the run folder."""
     source = f"{label}:receipt.json"
     try:
         if not sealed:
@@ -450,38 +357,46 @@ def decode_sealed(
             raise IntegrityError(
                 f"{source}: the runner exited {exit_code} but sealed {code}; the receipt is refused"
             )
-        receipt = load_receipt(raw, source=source, max_bytes=MAX_RECEIPT_BYTES)
+        receipt = load_receipt(raw, source=source)
         expected = seal.runner_status(receipt, interrupted=code == EXIT_INTERRUPTED)
         if code != expected:
             raise IntegrityError(
                 f"{source}: the runner sealed exit {code}, but its receipt "
                 f"({receipt.exit.interpretation}) means {expected}; the receipt is refused"
             )
-        return receipt
     except IntegrityError as exc:
-        raise StepError("receipt-refused", str(exc)) from exc
+        raise BoxError(label, "receipt-refused", str(exc)) from exc
+    # Stored masked; the decoded receipt is not decoded again from the masked bytes (masking
+    # can merge two test ids into one), and the report built from it is masked value by value.
+    return redactor.json_document(raw), receipt
 
 
-def _not_evaluated(label: str, kind: str, reason: str) -> NotEvaluated:
-    known = kind if kind in get_args(NotEvaluatedKind) else "runner-failed"
-    return NotEvaluated(label=label, kind=known, reason=reason)  # type: ignore[arg-type]
+def _split(reply: Mapping[str, Any], data: bytes) -> dict[str, tuple[bytes, str | None, bool]]:
+    """The fetch reply's parts by name: (bytes, problem or None, truncated)."""
+    parts: dict[str, tuple[bytes, str | None, bool]] = {}
+    offset = 0
+    for part in reply.get("parts") or []:
+        size = int(part["size"])
+        problem = part.get("problem")
+        parts[str(part["name"])] = (
+            data[offset : offset + size],
+            None if problem is None else str(problem),
+            bool(part.get("truncated")),
+        )
+        offset += size
+    if offset != len(data) or not {"receipt", "seal", "stdout", "stderr"} <= set(parts):
+        raise IntegrityError("box protocol: the fetch reply's parts do not add up")
+    return parts
 
 
-def _kind_of(exc: BaseException) -> str:
-    kind = getattr(exc, "kind", None)
-    if isinstance(kind, str):
-        return kind
-    if isinstance(exc, (TimeoutError, EOFError, ConnectionError)):
-        return "timeout" if isinstance(exc, TimeoutError) else "refused"
-    return "runner-failed"
-
-
-def _unsupported(target: BoxTarget, stderr: bytes) -> str:
-    return (
-        f"{target.label}: {target.python} did not start ({_tail(stderr)}); install python3 "
-        '>= 3.9 or set python = "/path/to/python3" under [tool.charpin.hosts.'
-        f"{shlex.quote(target.label)}]"
-    )
+def _log(name: str, parts: Mapping[str, tuple[bytes, str | None, bool]]) -> bytes:
+    data, problem, truncated = parts[name]
+    if problem is not None:
+        return f"(charpin-remote: {name}.log not fetched: {problem})\n".encode()
+    if truncated:
+        note = f"(charpin-remote: {name}.log is over {len(data)} bytes; its end:)\n"
+        return note.encode() + data
+    return data
 
 
 def _close(box: Transport) -> None:
@@ -496,8 +411,3 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, CharpinError):
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _tail(data: bytes, lines: int = 6) -> str:
-    text = data.decode("utf-8", "replace").strip().splitlines()
-    return " | ".join(line.strip() for line in text[-lines:]) or "(no output)"

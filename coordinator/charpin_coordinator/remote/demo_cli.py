@@ -1,7 +1,8 @@
 """CLI glue for `charpin-remote demo`, the built-in tour. Coordinator side; may print.
 
 The demo builds the example repository (remote/demo.py), then runs exactly what a user would:
-`charpin-remote run --repo <example> --hosts local,clean`, through the same parser and handler.
+`charpin-remote run --repo <example> --hosts local,clean`, through the same run.plan and run.run
+the `run` command calls, and explains the RunResult it gets back.
 The demo succeeds (exit 0) when it catches what it planted: the run's own exit code (3: tests
 failed on a box, plus drift) is printed, not returned, since that failure is the point. When the
 planted drift is NOT caught the demo failed to demonstrate and exits 1. The control run
@@ -19,12 +20,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from charpin_runner.errors import IntegrityError, UsageError
-from charpin_runner.receipt import Receipt
+from charpin_runner.errors import UsageError
 
-from charpin_coordinator.receipts import read_receipt_file
 from charpin_coordinator.remote.demo import build_demo_repo, explain
+from charpin_coordinator.remote.display import make_progress
+from charpin_coordinator.remote.output import emit
+from charpin_coordinator.remote.run import Options, RunResult, plan, run
 from charpin_coordinator.report import DriftReport
 
 _HOSTS = "local,clean"
@@ -71,8 +72,11 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"  left uncommitted in its working tree: {', '.join(demo.stale)}", flush=True)
         run_id = f"demo-{secrets.token_hex(4)}"
         print(f"  running: charpin-remote run --repo {demo.path} --hosts {_HOSTS}", flush=True)
-        code = _run(demo.path, run_id, show_folder=args.keep)
-        report, receipts = _load_run(demo.path / ".charpin" / "runs" / run_id)
+        outcome = _run(demo.path, run_id)
+        # The folder is removed with the example unless --keep.
+        emit(outcome, show_folder=args.keep)
+        report, code = outcome.report, outcome.exit_code
+        receipts = [(o.label, o.receipt) for o in outcome.outcomes if o.receipt is not None]
         lines = explain(report, receipts)
         _print_explanation(lines, report)
         result, verdict = demo_verdict(lines, code, report.exit_bits, stale=bool(demo.stale))
@@ -113,29 +117,12 @@ def demo_verdict(caught: list[str], code: int, bits: list[str], *, stale: bool) 
     )
 
 
-def _run(repo: Path, run_id: str, *, show_folder: bool) -> int:
-    """`charpin-remote run` exactly as a user would type it, through the real parser."""
-    from charpin_coordinator.cli import build_parser
-
-    argv = ["run", "--repo", str(repo), "--hosts", _HOSTS, "--run-id", run_id]
-    args = build_parser().parse_args(argv)
-    args.show_folder = show_folder  # the folder is removed with the example unless --keep
-    code: int = args.handler(args)
-    return code
-
-
-def _load_run(folder: Path) -> tuple[DriftReport, list[tuple[str, Receipt]]]:
-    """The run's drift.json and every box receipt it kept, labelled by box."""
-    try:
-        report = msgspec.json.decode((folder / "drift.json").read_bytes(), type=DriftReport)
-    except (OSError, msgspec.DecodeError) as exc:
-        raise IntegrityError(f"the demo run left no readable {folder}/drift.json ({exc})") from exc
-    receipts = []
-    for box in sorted(p for p in folder.iterdir() if (p / "box.json").is_file()):
-        meta = msgspec.json.decode((box / "box.json").read_bytes())
-        if meta.get("status") == "evaluated":  # the report lists the others as NOT EVALUATED
-            receipts.append((str(meta["label"]), read_receipt_file(box / "receipt.json")))
-    return report, receipts
+def _run(repo: Path, run_id: str) -> RunResult:
+    """What `charpin-remote run --repo <example> --hosts local,clean` does, progress included."""
+    hosts = _HOSTS.split(",")
+    planned = plan(Options(repo=repo, hosts=hosts, run_id=run_id))
+    with make_progress(hosts) as progress:
+        return run(planned, phase=progress.phase)
 
 
 def _print_explanation(lines: list[str], report: DriftReport) -> None:

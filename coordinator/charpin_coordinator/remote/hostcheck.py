@@ -1,40 +1,29 @@
 """Coordinator side; reaches boxes through Transport (the SSH stack loads only in check_hosts).
 
-Preflight for `charpin-remote hosts check`: can we reach the box, is its host key known, does it
-have a Python >= 3.9 with venv and ensurepip, git, and free disk in its home folder. Returns data;
-the CLI prints it. Every problem says what to install or change.
+Preflight for `charpin-remote hosts check`: can we reach the box, is its host key known, does
+its Python (3.9 or newer) start the box agent, does it have venv and ensurepip, git, and free
+disk in its home folder. The agent's `probe` step answers all of it in one round trip. Returns
+data; the CLI prints it. Every problem says what to install or change.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from charpin_coordinator.remote.hosts import BoxError, HostSpec
+from charpin_coordinator.remote.builtin import clean_cache_home
+from charpin_coordinator.remote.bundle import runner_bundle
+from charpin_coordinator.remote.errors import BoxError
+from charpin_coordinator.remote.hosts import HostSpec
+from charpin_coordinator.remote.session import BoxSession, shipped_agent
 from charpin_coordinator.remote.transport import LocalTransport, Transport
 
-MIN_PYTHON: Final = (3, 9)
 MIN_FREE_MB: Final = 200
 CHECK_TIMEOUT: Final = 30.0
-
-# One round trip for everything Python: version, and whether venv and ensurepip import.
-_PY_PROBE: Final = (
-    "import importlib.util, json, sys\n"
-    "out = {'version': list(sys.version_info[:3]), 'executable': sys.executable}\n"
-    "out['pytest'] = importlib.util.find_spec('pytest') is not None\n"
-    "for mod in ('venv', 'ensurepip'):\n"
-    "    try:\n"
-    "        __import__(mod)\n"
-    "        out[mod] = True\n"
-    "    except Exception:\n"
-    "        out[mod] = False\n"
-    "print(json.dumps(out))\n"
-)
 
 
 @dataclass(frozen=True)
@@ -69,55 +58,49 @@ def check_host(
     timeout: float = CHECK_TIMEOUT,
     needs_pytest: bool = False,
 ) -> HostCheck:
-    """Check one connected box; raises BoxError only if the connection itself is lost.
+    """Check one connected box through its agent (which this starts, placing the runner in the
+    box's cache as a run would); raises BoxError only if the connection itself is lost.
 
     needs_pytest: the box has no setup commands, so `run` will use its Python as it is.
     """
     name = transport.name
     result = HostCheck(host=name)
-    fp = getattr(transport, "host_key_fingerprint", None)
+    fp = transport.host_key_fingerprint
     result.host_key_fingerprint = fp
-    result.host_key_accepted_new = bool(getattr(transport, "host_key_accepted_new", False))
+    result.host_key_accepted_new = transport.host_key_accepted_new
     reach = "reachable" + (f"; host key {fp}" if fp else "")
     if result.host_key_accepted_new:
         reach += " (accepted now and added to known_hosts)"
     result.items.append(CheckItem("reach", True, reach))
-    result.items.extend(
-        _python_items(transport, name, python or "python3", timeout, needs_pytest=needs_pytest)
-    )
-    result.items.append(_git_item(transport, name, timeout))
-    result.items.append(_disk_item(transport, name, timeout))
+    python = python or "python3"
+    try:
+        session = BoxSession.start(
+            transport,
+            shipped_agent(python, transport.home, runner_bundle()),
+            python=python,
+            runner=runner_bundle(),
+            timeout=timeout,
+        )
+    except BoxError as exc:
+        if exc.kind in ("disconnected", "timeout"):
+            raise
+        result.items.append(CheckItem("python", False, str(exc)))
+        return result
+    try:
+        info, _ = session.call("probe", timeout=timeout)
+    finally:
+        session.close()
+    result.items.extend(_python_items(info, name, python, needs_pytest=needs_pytest))
+    result.items.append(_git_item(info, name))
+    result.items.append(_disk_item(info, name))
     return result
 
 
 def _python_items(
-    transport: Transport, name: str, python: str, timeout: float, *, needs_pytest: bool
+    info: dict[str, Any], name: str, python: str, *, needs_pytest: bool
 ) -> list[CheckItem]:
-    done = transport.run([python, "-c", _PY_PROBE], timeout=timeout)
-    if done.timed_out or done.returncode != 0:
-        if done.returncode == 127 or b"not found" in done.stderr:
-            hint = "install python3 (3.9 or newer)"
-        else:
-            hint = "check that it starts"
-        return [CheckItem("python", False, f"{python} on {name} does not run: {hint}")]
-    try:
-        info = json.loads(done.stdout)
-        version = tuple(int(v) for v in info["version"])
-    except (ValueError, KeyError, TypeError):
-        return [CheckItem("python", False, f"{python} on {name} gave unreadable output")]
-    shown = ".".join(str(v) for v in version)
-    items = []
-    if version[:2] < MIN_PYTHON:
-        items.append(
-            CheckItem(
-                "python",
-                False,
-                f"{python} on {name} is {shown}; charpin needs 3.9 or newer: install a newer "
-                "python3 or set python = ... under [tool.charpin.hosts]",
-            )
-        )
-    else:
-        items.append(CheckItem("python", True, f"{python} {shown}"))
+    shown = ".".join(str(v) for v in info.get("version", []))
+    items = [CheckItem("python", True, f"{python} {shown}")]
     for module, package in (("venv", "python3-venv"), ("ensurepip", "python3-venv")):
         if info.get(module):
             items.append(CheckItem(module, True, f"{module} imports"))
@@ -134,7 +117,7 @@ def _python_items(
     return items
 
 
-def _pytest_item(info: dict[str, object], python: str, name: str) -> CheckItem:
+def _pytest_item(info: dict[str, Any], python: str, name: str) -> CheckItem:
     """Without setup commands `run` uses the box's Python as it is, so it must import pytest."""
     if info.get("pytest"):
         return CheckItem("pytest", True, "pytest imports (no setup commands for this box)")
@@ -147,23 +130,15 @@ def _pytest_item(info: dict[str, object], python: str, name: str) -> CheckItem:
     )
 
 
-def _git_item(transport: Transport, name: str, timeout: float) -> CheckItem:
-    done = transport.run(["git", "--version"], timeout=timeout)
-    text = done.stdout.decode(errors="replace").strip()
-    if done.returncode != 0 or not text.startswith("git version"):
+def _git_item(info: dict[str, Any], name: str) -> CheckItem:
+    text = str(info.get("git") or "")
+    if not text.startswith("git version"):
         return CheckItem("git", False, f"git is missing on {name}: install git")
     return CheckItem("git", True, text)
 
 
-def _disk_item(transport: Transport, name: str, timeout: float) -> CheckItem:
-    home = transport.home()
-    done = transport.run(["df", "-Pk", home], timeout=timeout)
-    lines = done.stdout.decode(errors="replace").strip().splitlines()
-    try:
-        available_kb = int(lines[-1].split()[3])
-    except (IndexError, ValueError):
-        return CheckItem("disk", False, f"could not read free disk space of {home} on {name}")
-    free_mb = available_kb // 1024
+def _disk_item(info: dict[str, Any], name: str) -> CheckItem:
+    home, free_mb = str(info.get("home")), int(info.get("free_mb") or 0)
     if free_mb < MIN_FREE_MB:
         return CheckItem(
             "disk",
@@ -193,7 +168,7 @@ def check_hosts(
             # and `local` never runs setup commands.
             needs = spec.name == "local" or not setup
             with tempfile.TemporaryDirectory(prefix="charpin-check-") as tmp:
-                local = LocalTransport(spec.name, Path(tmp))
+                local = LocalTransport(spec.name, Path(tmp), home=str(clean_cache_home()))
                 results.append(
                     check_host(local, python=python or sys.executable, needs_pytest=needs)
                 )

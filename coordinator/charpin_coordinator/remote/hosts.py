@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 from charpin_runner.envinfo import looks_secret
-from charpin_runner.errors import EXIT_NOT_EVALUATED, CharpinError, ConfigError, UsageError
+from charpin_runner.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:  # paramiko costs ~0.2 s to import: load it only when a name needs ssh_config
     from paramiko.config import SSHConfig
@@ -31,21 +31,8 @@ DEFAULT_USER_KNOWN_HOSTS: Final = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS: Final = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 MAX_JUMP_DEPTH: Final = 8
 
-BoxErrorKind = Literal["dns", "refused", "timeout", "auth", "host-key", "disconnected"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-class BoxError(CharpinError):
-    """A box could not be reached or trusted; .kind says why (dns, refused, timeout, auth, ...)."""
-
-    exit_code = EXIT_NOT_EVALUATED
-
-    def __init__(self, host: str, kind: BoxErrorKind, message: str, *, attempts: int = 1):
-        super().__init__(f"{host}: {message}")
-        self.host = host
-        self.kind: BoxErrorKind = kind
-        self.attempts = attempts
 
 
 class HostExtras(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):

@@ -1,7 +1,8 @@
 """Coordinator side. Bounded fan-out over boxes; every requested box ends with an outcome.
 
 One box failing never cancels the others. On Ctrl-C the shared stop event tells every running
-box to kill its remote process group (through a fresh channel), fetch what it can and clean up;
+box to send its agent a stop request (the agent stops the runner, which still writes a
+sealed receipt), fetch what it can and clean up;
 boxes that never started are reported NOT EVALUATED ("interrupted").
 """
 
@@ -21,10 +22,9 @@ STOP_GRACE_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class Job:
-    """One box to run: its alias, folder name and the call that runs its pipeline."""
+    """One box to run: its alias and the call that runs its pipeline."""
 
     label: str
-    folder: str
     run: Callable[[Phase, threading.Event], BoxOutcome]
 
 
@@ -71,7 +71,6 @@ def _outcome(future: Future[BoxOutcome], job: Job, phase: Phase) -> BoxOutcome:
         phase(job.label, "not evaluated")
     return BoxOutcome(
         label=job.label,
-        folder=job.folder,
         not_evaluated=missing,
         interrupted=missing.kind == "interrupted",
     )

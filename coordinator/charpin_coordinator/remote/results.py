@@ -15,7 +15,6 @@ import secrets
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from charpin_runner.errors import UsageError
@@ -24,7 +23,6 @@ from charpin_runner.receipt import write_atomic
 from charpin_coordinator.remote.boxrun import BoxOutcome
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -33,18 +31,6 @@ class ReportFiles:
 
     drift_json: bytes
     drift_md: bytes
-
-
-def new_run_id() -> str:
-    """UTC time plus 6 random hex digits: sortable and unique enough for one machine."""
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-
-
-def check_run_id(run_id: str) -> str:
-    """Refuse a --run-id that could not be a folder name or a runner argument."""
-    if not _RUN_ID.fullmatch(run_id):
-        raise UsageError(f"--run-id {run_id!r} is not valid; use letters, digits, '.', '_', '-'")
-    return run_id
 
 
 def safe_folders(labels: Iterable[str]) -> dict[str, str]:
@@ -75,9 +61,10 @@ def write_run(
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = out_dir / f".{run_id}.partial-{secrets.token_hex(4)}"
     staging.mkdir()
+    folders = safe_folders([outcome.label for outcome in outcomes])
     try:
         for outcome in outcomes:
-            _write_box(staging / outcome.folder, outcome)
+            _write_box(staging / folders[outcome.label], outcome)
         write_atomic(staging / "drift.json", report.drift_json)
         write_atomic(staging / "drift.md", report.drift_md)
         os.rename(staging, final)  # fails rather than merge if the run appeared meanwhile
@@ -96,13 +83,14 @@ def _write_box(folder: Path, outcome: BoxOutcome) -> None:
     ne = outcome.not_evaluated
     meta = {
         "label": outcome.label,
-        "folder": outcome.folder,
+        "folder": folder.name,
         "status": "evaluated" if ne is None else "not-evaluated",
         "kind": None if ne is None else ne.kind,
         "reason": None if ne is None else ne.reason,
         "interrupted": outcome.interrupted,
         "bytes_sent": outcome.sent,
         "bytes_received": outcome.received,
+        "channels": outcome.channels,
         "phase_seconds": outcome.phases,
     }
     write_atomic(folder / "box.json", json.dumps(meta, indent=1, sort_keys=True).encode() + b"\n")

@@ -14,25 +14,25 @@ import logging
 import select
 import shlex
 import socket
-import stat
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
 import paramiko
-from charpin_runner.errors import IntegrityError, UsageError
+from charpin_runner.errors import UsageError
 from fabric import Config, Connection
 from paramiko.ssh_exception import NoValidConnectionsError
 
+from charpin_coordinator.remote.errors import BoxError
 from charpin_coordinator.remote.hostkeys import (
     HostKeyRefused,
     HostKeyVerifier,
     StrictClient,
     fingerprint,
 )
-from charpin_coordinator.remote.hosts import BoxError, HostSpec, is_secret_name
-from charpin_coordinator.remote.transport import Completed, TransferStats
+from charpin_coordinator.remote.hosts import HostSpec
+from charpin_coordinator.remote.transport import STDERR_KEEP, Finished, TransferStats
 
 # paramiko logs transport-thread failures at ERROR; without a handler Python's last-resort
 # handler would print tracebacks. Errors reach the user as BoxError lines instead.
@@ -41,13 +41,10 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 DEFAULT_IO_TIMEOUT: Final = 60.0  # one SFTP read or write, one channel open
 RETRY_DELAYS: Final = (0.5, 1.0)  # connect only: 3 attempts in all
-KILL_TIMEOUT: Final = 5.0
 KEEPALIVE_SECONDS: Final = 15
 _CHUNK: Final = 32768
 
-# The first line a command prints is the pid of its shell, which sshd made a session (and so a
-# process group) leader: killing `-pid` through a second channel kills everything it started.
-_WRAPPER: Final = "printf '%s\\n' \"$$\"; "
+_STDERR_LOOK: Final = 0.2
 
 
 @contextmanager
@@ -147,9 +144,7 @@ class SshTransport:
         self.connect_attempts = 0
         self._conn: Any = None  # fabric.Connection (untyped)
         self._policy: HostKeyVerifier | None = None
-        self._sftp: paramiko.SFTPClient | None = None
-        self._sftp_missing = False
-        self._home: str | None = None
+        self.home = ""  # the agent finds the box user's home itself
 
     # -- connection -------------------------------------------------------------------------
 
@@ -231,200 +226,25 @@ class SshTransport:
             raise BoxError(self.name, "disconnected", "connection lost; retry the run")
         return transport  # type: ignore[no-any-return]
 
-    # -- commands ---------------------------------------------------------------------------
+    # -- the channel -----------------------------------------------------------------------
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float,
-        stdin: bytes | None = None,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> Completed:
-        """Run argv on the box; drain output while waiting; kill its process group on timeout."""
-        command = remote_command(argv, cwd=cwd, env=env)
-        self.stats.commands += 1
+    def open(self, argv: Sequence[str]) -> SshChannel:
+        """Start argv on the box (under /bin/sh, every element quoted) and return its channel."""
+        command = remote_command(argv)
         with map_ssh_errors(self.name):
             channel = self._transport().open_session(timeout=self.io_timeout)
-            try:
-                return self._drive(channel, tuple(argv), command, timeout, stdin)
-            finally:
-                channel.close()
+            channel.settimeout(self.io_timeout)  # bounds each send while the window is full
+            channel.exec_command(command)
+        self.stats.channels += 1
+        return SshChannel(self, channel)
 
-    def _drive(
-        self,
-        channel: paramiko.Channel,
-        argv: tuple[str, ...],
-        command: str,
-        timeout: float,
-        stdin: bytes | None,
-    ) -> Completed:
-        deadline = time.monotonic() + timeout
-        channel.exec_command(command)
-        out, err = bytearray(), bytearray()
-        pending = memoryview(stdin or b"")
-        writing = stdin is not None
-        if not writing:
-            channel.shutdown_write()  # like stdin=DEVNULL: readers see EOF at once
-        pid: int | None = None
-        while True:
-            while channel.recv_ready():
-                out += channel.recv(_CHUNK)
-                _keep_tail(out)
-            while channel.recv_stderr_ready():
-                err += channel.recv_stderr(_CHUNK)
-                _keep_tail(err)
-            if pid is None and b"\n" in out:
-                head, _, rest = bytes(out).partition(b"\n")
-                pid = int(head) if head.isdigit() else -1
-                out = bytearray(rest)
-            # feed stdin in window-sized pieces inside the same loop, so a command that writes
-            # a lot before reading its input cannot deadlock us
-            if writing and channel.send_ready():
-                if pending:
-                    sent = channel.send(bytes(pending[:_CHUNK]))
-                    self.stats.sent += sent
-                    pending = pending[sent:]
-                if not pending:
-                    channel.shutdown_write()
-                    writing = False
-            done = channel.closed or (channel.eof_received and channel.exit_status_ready())
-            if done and not channel.recv_ready() and not channel.recv_stderr_ready():
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self._kill_group(pid)
-                self.stats.received += len(out) + len(err)
-                return Completed(argv, -9, bytes(out), bytes(err), timed_out=True)
-            if not self._transport_alive():
-                raise BoxError(self.name, "disconnected", "connection lost during a command")
-            select.select([channel], [], [], min(remaining, 0.1))
-        # paramiko marks a channel closed by a dead connection as "exit status ready" with -1
-        if channel.exit_status == -1 and not self._transport_alive():
-            raise BoxError(self.name, "disconnected", "connection lost during a command")
-        self.stats.received += len(out) + len(err)
-        code = channel.recv_exit_status() if channel.exit_status_ready() else -1
-        return Completed(argv, code, bytes(out), bytes(err))
-
-    def _transport_alive(self) -> bool:
+    def alive(self) -> bool:
+        """True while the SSH connection is up."""
         transport = self._conn.client.get_transport() if self._conn is not None else None
         return bool(transport is not None and transport.is_active())
 
-    def _kill_group(self, pid: int | None) -> None:
-        if not pid or pid <= 1 or not self._transport_alive():
-            return
-        # dash's kill rejects `--` and `-s KILL -PID`; `-9 -PID` works in dash, bash and busybox
-        script = 'kill -9 "-$1" 2>/dev/null || kill -9 "$1" 2>/dev/null; exit 0'
-        try:
-            self.run(["sh", "-c", script, "sh", str(pid)], timeout=KILL_TIMEOUT)
-        except BoxError:
-            pass
-
-    # -- files ------------------------------------------------------------------------------
-
-    def _sftp_client(self) -> paramiko.SFTPClient | None:
-        if self._sftp is None and not self._sftp_missing:
-            try:
-                self._sftp = paramiko.SFTPClient.from_transport(
-                    self._transport(), max_packet_size=_CHUNK
-                )
-            except paramiko.SSHException:
-                # hardened boxes may have no sftp subsystem; fall back to exec channels
-                self._sftp_missing = True
-                return None
-            if self._sftp is not None:
-                self._sftp.get_channel().settimeout(self.io_timeout)  # type: ignore[union-attr]
-        return self._sftp
-
-    def put(self, data: bytes, remote_path: str) -> None:
-        """Write data to remote_path atomically (temp name, then rename)."""
-        directory, _, base = remote_path.rpartition("/")
-        tmp = f"{directory}/.{base}.part" if directory else f".{base}.part"
-        with map_ssh_errors(self.name):
-            sftp = self._sftp_client()
-            if sftp is None:
-                script = 'cat > "$1" && mv -f -- "$1" "$2"'
-                done = self.run(
-                    ["sh", "-c", script, "sh", tmp, remote_path],
-                    timeout=self.io_timeout + len(data) / 1_000_000,
-                    stdin=data,
-                )
-                if done.returncode != 0 or done.timed_out:
-                    raise IntegrityError(
-                        f"{self.name}: writing {remote_path} failed: "
-                        f"{done.stderr.decode(errors='replace').strip()}; check the box's disk"
-                    )
-                return
-            with sftp.open(tmp, "wb") as handle:
-                handle.set_pipelined(True)
-                view = memoryview(data)
-                for start in range(0, len(data), _CHUNK):
-                    handle.write(bytes(view[start : start + _CHUNK]))
-            sftp.posix_rename(tmp, remote_path)
-            self.stats.sent += len(data)
-
-    def get(self, remote_path: str, *, max_bytes: int) -> bytes:
-        """Return remote_path's bytes; refuse non-regular files and files over max_bytes."""
-        with map_ssh_errors(self.name):
-            sftp = self._sftp_client()
-            if sftp is None:
-                return self._get_exec(remote_path, max_bytes)
-            try:
-                info = sftp.lstat(remote_path)
-            except FileNotFoundError:
-                raise IntegrityError(
-                    f"{self.name}: {remote_path} does not exist; the box did not write it"
-                ) from None
-            if info.st_mode is None or not stat.S_ISREG(info.st_mode):
-                raise IntegrityError(
-                    f"{self.name}: {remote_path} is not a regular file; refusing it"
-                )
-            if (info.st_size or 0) > max_bytes:
-                raise IntegrityError(
-                    f"{self.name}: {remote_path} is {info.st_size} bytes, "
-                    f"over the {max_bytes}-byte cap"
-                )
-            with sftp.open(remote_path, "rb") as handle:
-                if info.st_size:
-                    handle.prefetch(info.st_size)
-                data = handle.read(max_bytes + 1)
-            if len(data) > max_bytes:  # grew between stat and read
-                raise IntegrityError(f"{self.name}: {remote_path} is over the {max_bytes}-byte cap")
-            self.stats.received += len(data)
-            return data
-
-    def _get_exec(self, remote_path: str, max_bytes: int) -> bytes:
-        script = 'if [ -L "$1" ] || [ ! -f "$1" ]; then exit 3; fi; exec head -c "$2" -- "$1"'
-        done = self.run(
-            ["sh", "-c", script, "sh", remote_path, str(max_bytes + 1)], timeout=self.io_timeout
-        )
-        if done.returncode == 3:
-            raise IntegrityError(f"{self.name}: {remote_path} is not a regular file; refusing it")
-        if done.returncode != 0 or done.timed_out:
-            raise IntegrityError(f"{self.name}: reading {remote_path} failed; check the box")
-        if len(done.stdout) > max_bytes:
-            raise IntegrityError(f"{self.name}: {remote_path} is over the {max_bytes}-byte cap")
-        return done.stdout
-
-    # The box pipeline's preflight script finds $HOME itself, saving a round trip.
-    home_on_box = True
-
-    def home(self) -> str:
-        """The remote $HOME (asked once)."""
-        if self._home is None:
-            done = self.run(["sh", "-c", 'printf %s "$HOME"'], timeout=self.io_timeout)
-            home = done.stdout.decode(errors="replace")
-            if done.returncode != 0 or not home.startswith("/"):
-                raise BoxError(self.name, "disconnected", "could not read $HOME on the box")
-            self._home = home
-        return self._home
-
     def close(self) -> None:
-        """Close SFTP, the connection and every jump host connection."""
-        if self._sftp is not None:
-            self._sftp.close()
-            self._sftp = None
+        """Close the connection and every jump host connection."""
         if self._conn is not None:
             _close_chain(self._conn)
             self._conn = None
@@ -444,26 +264,96 @@ def _close_chain(conn: Any) -> None:
             break
 
 
-def remote_command(
-    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
-) -> str:
-    """The shell line for argv: pid line first, then `cd` and `env` with every element quoted."""
+def remote_command(argv: Sequence[str]) -> str:
+    """The shell line for argv, every element quoted, run by /bin/sh whatever the login shell."""
     if not argv:
         raise UsageError("empty remote command; give at least a program name")
-    parts = []
-    if cwd is not None:
-        parts.append(f"cd -- {shlex.quote(cwd)} &&")
-    parts.append("exec")
-    if env:
-        for name in env:
-            if is_secret_name(name) or not name.replace("_", "a").isalnum():
-                raise UsageError(f"refusing to pass {name!r} on a remote command line")
-        parts.append("env")
-        parts.extend(shlex.quote(f"{k}={v}") for k, v in env.items())
-    parts.extend(shlex.quote(arg) for arg in argv)
-    script = _WRAPPER + " ".join(parts)
-    # run under /bin/sh whatever the login shell is; exec keeps the session leader's pid
+    script = "exec " + " ".join(shlex.quote(arg) for arg in argv)
     return f"exec /bin/sh -c {shlex.quote(script)}"
+
+
+class SshChannel:
+    """An exec channel's stdin and stdout as a byte stream; its stderr drained into a bounded
+    tail while we read (paramiko stalls a channel whose stderr nobody reads)."""
+
+    def __init__(self, owner: SshTransport, channel: paramiko.Channel):
+        self._owner, self._channel = owner, channel
+        self._stderr = bytearray()
+
+    def send(self, data: bytes) -> None:
+        """Write all of data; a box that stopped reading for io_timeout is a lost connection."""
+        with map_ssh_errors(self._owner.name):
+            if self._channel.closed or self._channel.exit_status_ready():
+                return  # the program ended; the next recv reports how
+            self._channel.sendall(data)
+        self._owner.stats.sent += len(data)
+
+    def recv(self, size: int, timeout: float) -> bytes | None:
+        """Up to size bytes of stdout; b"" at its end; None after timeout seconds of nothing."""
+        channel = self._channel
+        ends = time.monotonic() + timeout
+        with map_ssh_errors(self._owner.name):
+            while True:
+                self._drain_stderr()
+                if channel.recv_ready():
+                    data: bytes = channel.recv(size)
+                    self._owner.stats.received += len(data)
+                    return data
+                if not self._owner.alive():
+                    # paramiko closes the channels of a dead connection without an EOF
+                    raise BoxError(self._owner.name, "disconnected", "connection lost; retry the run")
+                if channel.eof_received or channel.closed:
+                    return b""
+                left = ends - time.monotonic()
+                if left <= 0:
+                    return None
+                # stderr does not wake select on a paramiko channel: look again at least every
+                # _STDERR_LOOK seconds.
+                select.select([channel], [], [], min(left, _STDERR_LOOK))
+
+    def finish(self, timeout: float) -> Finished:
+        """Close our side, wait at most timeout for the exit status, keep stderr's end."""
+        channel = self._channel
+        ends = time.monotonic() + timeout
+        status: int | None = None
+        try:
+            if not channel.closed:
+                channel.shutdown_write()
+            while not channel.exit_status_ready() and time.monotonic() < ends:
+                if not self._owner.alive():
+                    break
+                self._drain_stderr()
+                time.sleep(0.02)
+            self._drain_stderr()
+            if channel.exit_status_ready() and channel.exit_status != -1:
+                status = channel.exit_status
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        finally:
+            channel.close()
+        return Finished(status, bytes(self._stderr))
+
+    def _drain_stderr(self) -> None:
+        while self._channel.recv_stderr_ready():
+            self._stderr += self._channel.recv_stderr(_CHUNK)
+            extra = len(self._stderr) - STDERR_KEEP
+            if extra > 0:
+                del self._stderr[:extra]
+
+
+def connector(spec: HostSpec, *, accept_new: bool = False) -> Callable[[], SshTransport]:
+    """A call that opens a connected SshTransport to spec (run on the box's own worker)."""
+
+    def connect() -> SshTransport:
+        box = SshTransport(spec, accept_new=accept_new)
+        try:
+            box.connect()
+        except BaseException:
+            box.close()
+            raise
+        return box
+
+    return connect
 
 
 @contextmanager
@@ -483,16 +373,3 @@ def open_box(
         yield transport
     finally:
         transport.close()
-
-
-# Output of a remote command is read while it runs (paramiko deadlocks otherwise) but kept
-# bounded: a hostile or runaway box must not grow the coordinator's memory. Test output goes to
-# files on the box, so only box-script replies (small JSON) and error tails pass through here.
-MAX_COMMAND_OUTPUT = 8 * 1024 * 1024
-
-
-def _keep_tail(buffer: bytearray) -> None:
-    """Drop the oldest bytes of buffer beyond MAX_COMMAND_OUTPUT (the end explains failures)."""
-    extra = len(buffer) - MAX_COMMAND_OUTPUT
-    if extra > 0:
-        del buffer[:extra]

@@ -1,153 +1,168 @@
-"""Coordinator side. The Transport interface every box speaks, and LocalTransport (subprocess).
+"""Coordinator side; stdlib only. The Transport interface every box speaks, and LocalTransport.
 
-A box is anything that can run an argv, take bytes into a file and give a file back. SshTransport
-(remote/ssh.py) talks to real machines; LocalTransport runs the same steps in a folder on this
-machine, which is both the built-in `clean` box and the fast real stand-in used by tests.
-Remote argv is always a list; implementations quote every element (shlex.quote) when a shell
-string is unavoidable.
+A box is anything that can start one program and give us its stdin and stdout as a byte stream:
+the whole run with a box then happens over that one channel (the box agent's framed protocol,
+see session.py). SshTransport (ssh.py) opens it as an SSH exec channel; LocalTransport starts a
+subprocess in a folder on this machine, which is both the built-in `clean` box and `local`, and
+the fast real stand-in used by tests.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
-from charpin_runner.errors import IntegrityError
-
-
-@dataclass(frozen=True)
-class Completed:
-    """What one command on a box did."""
-
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-    timed_out: bool = False
+# A dead agent's last words: enough to explain a traceback or "python3: not found".
+STDERR_KEEP = 64 * 1024
 
 
 @dataclass
 class TransferStats:
-    """Bytes moved to and from one box, measured at the transport."""
+    """Bytes moved to and from one box, and channels opened, measured at the transport."""
 
     sent: int = 0
     received: int = 0
-    commands: int = 0
-    log: list[str] = field(default_factory=list)
+    channels: int = 0
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a channel's program ended: its exit status (None if unknown) and its stderr's end."""
+
+    status: int | None
+    stderr: bytes
+
+
+class Channel(Protocol):
+    """One program on a box, its stdin and stdout a byte stream; its stderr kept for errors."""
+
+    def send(self, data: bytes) -> None:
+        """Write all of data to the program's stdin (a program that exited swallows it)."""
+        ...
+
+    def recv(self, size: int, timeout: float) -> bytes | None:
+        """Up to size bytes of stdout; b"" at its end; None when nothing came within timeout."""
+        ...
+
+    def finish(self, timeout: float) -> Finished:
+        """Close stdin, wait at most timeout for the program to end (killing it after), close."""
+        ...
 
 
 class Transport(Protocol):
-    """One box. Every method has a deadline; none of them retries."""
+    """One box, connected. None of its methods retries."""
 
     name: str
     stats: TransferStats
+    # The folder holding `.cache/charpin` on the box; "" means the box user's home directory.
+    home: str
+    host_key_fingerprint: str | None
+    host_key_accepted_new: bool
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float,
-        stdin: bytes | None = None,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> Completed:
-        """Run argv on the box and wait at most timeout seconds."""
-        ...
-
-    def put(self, data: bytes, remote_path: str) -> None:
-        """Write data to remote_path (parent folders must exist)."""
-        ...
-
-    def get(self, remote_path: str, *, max_bytes: int) -> bytes:
-        """Return the bytes of remote_path; refuse files larger than max_bytes."""
-        ...
-
-    def home(self) -> str:
-        """Return the folder charpin may use on the box (its cache root lives under it)."""
+    def open(self, argv: Sequence[str]) -> Channel:
+        """Start argv on the box and return its channel."""
         ...
 
     def close(self) -> None:
-        """Release the connection."""
+        """Release the connection (and whatever the box was, for a temporary one)."""
         ...
 
 
 class LocalTransport:
-    """A box that is a folder on this machine; commands are real subprocesses."""
+    """A box that is a folder on this machine; its programs are real subprocesses."""
 
-    def __init__(self, name: str, root: Path, *, base_env: Mapping[str, str] | None = None):
+    host_key_fingerprint: str | None = None
+    host_key_accepted_new = False
+
+    def __init__(
+        self,
+        name: str,
+        root: Path,
+        *,
+        base_env: Mapping[str, str] | None = None,
+        home: str | None = None,
+    ):
         self.name = name
         self.root = root
+        self.home = str(root) if home is None else home
         self.stats = TransferStats()
         self._base_env = dict(os.environ if base_env is None else base_env)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float,
-        stdin: bytes | None = None,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> Completed:
-        """Run argv in its own session so a timeout can kill the whole process group."""
-        self.stats.commands += 1
-        self.stats.sent += len(stdin or b"")  # counted like SshTransport, which sends it
-        merged = dict(self._base_env)
-        merged.update(env or {})
+    def open(self, argv: Sequence[str]) -> LocalChannel:
+        """Start argv in root, in its own session (so a kill reaches all it started)."""
+        self.stats.channels += 1
+        err = tempfile.TemporaryFile()  # a file, not a pipe: nobody has to drain it
         proc = subprocess.Popen(
             list(argv),
-            cwd=cwd or str(self.root),
-            env=merged,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            cwd=str(self.root),
+            env=self._base_env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=err,
             start_new_session=True,
         )
-        try:
-            out, err = proc.communicate(stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            out, err = proc.communicate()
-            return Completed(tuple(argv), proc.returncode, out, err, timed_out=True)
-        self.stats.received += len(out) + len(err)
-        return Completed(tuple(argv), proc.returncode, out, err)
-
-    def put(self, data: bytes, remote_path: str) -> None:
-        """Write data atomically to remote_path."""
-        target = Path(remote_path)
-        tmp = target.with_name(f".{target.name}.part")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
-        self.stats.sent += len(data)
-
-    def get(self, remote_path: str, *, max_bytes: int) -> bytes:
-        """Read remote_path, refusing anything larger than max_bytes or not a regular file."""
-        path = Path(remote_path)
-        if path.is_symlink() or not path.is_file():
-            raise IntegrityError(f"{self.name}: {remote_path} is not a regular file; refusing it")
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise IntegrityError(
-                f"{self.name}: {remote_path} is {size} bytes, over the {max_bytes}-byte cap"
-            )
-        data = path.read_bytes()
-        self.stats.received += len(data)
-        return data
-
-    def home(self) -> str:
-        """The box's root folder."""
-        return str(self.root)
+        return LocalChannel(proc, err, self.stats)
 
     def close(self) -> None:
         """Nothing to release."""
 
 
-def _kill_group(pid: int) -> None:
+class LocalChannel:
+    """The stdin and stdout of a local subprocess, read with deadlines."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], err: IO[bytes], stats: TransferStats):
+        assert proc.stdin is not None and proc.stdout is not None
+        self._proc, self._err, self._stats = proc, err, stats
+        self._in, self._out = proc.stdin.fileno(), proc.stdout.fileno()
+
+    def send(self, data: bytes) -> None:
+        """Write data to stdin; a program that already exited is noticed by the next recv."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._in, view) :]
+        except BrokenPipeError:
+            return
+        self._stats.sent += len(data)
+
+    def recv(self, size: int, timeout: float) -> bytes | None:
+        """Up to size bytes of stdout, b"" at its end, None after timeout seconds of nothing."""
+        ready, _, _ = select.select([self._out], [], [], max(timeout, 0.0))
+        if not ready:
+            return None
+        data = os.read(self._out, size)
+        self._stats.received += len(data)
+        return data
+
+    def finish(self, timeout: float) -> Finished:
+        """Close stdin, wait for the end (kill the session after timeout), keep stderr's end."""
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            status: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_session(proc.pid)
+            status = proc.wait()
+        proc.stdout.close()
+        self._err.seek(0, os.SEEK_END)
+        self._err.seek(max(0, self._err.tell() - STDERR_KEEP))
+        tail = self._err.read()
+        self._err.close()
+        return Finished(status, tail)
+
+
+def _kill_session(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from charpin_runner.guard import gitio
 from charpin_runner.guard.links import LinkFacts, expand
@@ -119,14 +120,15 @@ def _judge(
     return Verdict(label, guarded, code, named)
 
 
-def check_staged(repo: Path) -> Verdict:
-    """The index against HEAD (against nothing before the first commit)."""
-    paths = gitio.staged_paths(repo)
-    new = split_pyproject(gitio.show(repo, gitio.INDEX, PYPROJECT))
+def check_staged(repo: Path, index_file: Optional[str] = None) -> Verdict:
+    """The index against HEAD (against nothing before the first commit). index_file is the
+    index git is about to commit when it is not the repository's own (see gitio)."""
+    paths = gitio.staged_paths(repo, index_file)
+    new = split_pyproject(gitio.show(repo, gitio.INDEX, PYPROJECT, index_file))
     head = gitio.has_head(repo)
     olds = [split_pyproject(gitio.show(repo, "HEAD", PYPROJECT))] if head else []
     old_links = [gitio.symlinks(repo, "HEAD")] if head else []
-    links = (gitio.symlinks(repo, gitio.INDEX), old_links)
+    links = (gitio.symlinks(repo, gitio.INDEX, index_file), old_links)
     return _judge("the staged change", paths, new, olds, links)
 
 

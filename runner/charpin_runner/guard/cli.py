@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from charpin_runner.errors import EXIT_CLEAN, EXIT_DRIFT, UsageError
 from charpin_runner.guard import gitio
@@ -41,7 +42,7 @@ def _check(args: argparse.Namespace) -> int:
         verdicts = check_range(repo, args.range)
         scope = f"{len(verdicts)} commit(s) in {args.range}"
     elif args.staged:
-        verdicts = [check_staged(repo)]
+        verdicts = [check_staged(repo, _index_being_committed())]
         scope = "the staged change"
     else:
         raise UsageError("charpin guard: pass --staged, --range REV..REV, or `install`")
@@ -61,6 +62,14 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_DRIFT
     print(f"charpin guard: ok, {scope}: no pins changed together with production code")
     return EXIT_CLEAN
+
+
+def _index_being_committed() -> Optional[str]:
+    """The index `git commit` runs the pre-commit hook for: GIT_INDEX_FILE names it (a temporary
+    one for `commit -a` or `commit PATH`), relative to the folder git started the hook in. The
+    only git variable the guard reads, and only for --staged."""
+    named = os.environ.get("GIT_INDEX_FILE")
+    return os.path.abspath(named) if named else None
 
 
 def render_refusal(verdict: Verdict) -> str:

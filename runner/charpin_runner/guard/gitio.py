@@ -1,69 +1,46 @@
 """The few git questions the guard asks. Runs on any box; stdlib only (git from PATH).
 
-Every call passes an argv list (no shell) and `-z` output where paths appear, so names with
-spaces, quotes or newlines arrive intact.
+Imports only charpin_runner.errors and charpin_runner.gitcmd. Every call passes an argv list
+(no shell) and `-z` output where paths appear, so names with spaces, quotes or newlines arrive
+intact.
 
 The guard runs in CI on branches nobody has reviewed yet, after steps that may have run their code
-and written `.git/config`. Reading commits needs no configuration, so git runs without system or
-global config and with everything in the repository's config that could run a program switched
-off (hooks, fsmonitor, gpg.program through log.showSignature). The caller's GIT_* variables stay:
-the pre-commit hook's GIT_INDEX_FILE names the index a `git commit -a` is about to commit. The
-user's own safe.directory entries are passed on (`-c` is protected config, like --global), so a
-checkout owned by another user (CI containers) is still readable where the user said it may be.
-Only hooks_dir, which must find where git itself will look for the hook, reads the user's config.
+and written `.git/config`. Reading commits needs no configuration, so git runs sealed and
+hardened (gitcmd): no system or global config, nothing in the repository's config that could run
+a program (hooks, fsmonitor, gpg.program through log.showSignature), and none of the caller's
+GIT_* variables, so a GIT_DIR left in the environment cannot point the guard at another
+repository. The index the staged change is read from is a parameter (index_file): in the
+pre-commit hook of `git commit -a` or `git commit PATH` it is a temporary index that git names
+in GIT_INDEX_FILE, and the CLI passes it on. Only hooks_dir, which must find where git itself
+will look for the hook, reads the user's config.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
+from typing import Optional
 
-from charpin_runner.errors import RunError, UsageError
-from charpin_runner.gitstate import user_safe_directories
+from charpin_runner import gitcmd
+from charpin_runner.errors import UsageError
 
 INDEX = ":"  # pseudo revision: the staged version of a file (`git show :path`)
 _TIMEOUT = 120.0
-_NEUTRAL_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_OPTIONAL_LOCKS": "0",
-    "GIT_TERMINAL_PROMPT": "0",
-}
-_NEUTRAL_CONFIG = (
-    "core.hooksPath=" + os.devnull,
-    "core.fsmonitor=false",
-    "log.showSignature=false",
-)
 
 
 def _git(
     repo: Path,
     *args: str,
     check: bool = True,
-    stdin: bytes | None = None,
+    stdin: Optional[bytes] = None,
+    index_file: Optional[str] = None,
     user_config: bool = False,
 ) -> subprocess.CompletedProcess[bytes]:
+    """git in repo; UsageError when check and git fails (RunError when git cannot run)."""
     if user_config:
-        front: list[str] = []
-        env = None
+        done = gitcmd.run(args, cwd=repo, env=gitcmd.USER, hardened=False, timeout=_TIMEOUT)
     else:
-        pairs = [*_NEUTRAL_CONFIG, *(f"safe.directory={d}" for d in user_safe_directories())]
-        front = [item for pair in pairs for item in ("-c", pair)]
-        env = {**os.environ, **_NEUTRAL_ENV}
-    try:
-        done = subprocess.run(
-            ["git", *front, "-C", str(repo), *args],
-            input=stdin if stdin is not None else b"",
-            capture_output=True,
-            env=env,
-            timeout=_TIMEOUT,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise RunError("git is not on PATH; install git or fix PATH") from None
-    except subprocess.TimeoutExpired:
-        raise RunError(f"git {args[0]} took longer than {_TIMEOUT:.0f}s; retry") from None
+        done = gitcmd.run(args, cwd=repo, index_file=index_file, input=stdin, timeout=_TIMEOUT)
     if check and done.returncode != 0:
         first = done.stderr.decode("utf-8", "replace").strip().splitlines()
         reason = first[0] if first else f"exit {done.returncode}"
@@ -84,9 +61,11 @@ def has_head(repo: Path) -> bool:
     return _git(repo, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode == 0
 
 
-def staged_paths(repo: Path) -> list[str]:
-    """Paths the index changes against HEAD; a rename contributes both names."""
-    out = _git(repo, "diff", "--cached", "--name-status", "-z", "-M", "--no-ext-diff").stdout
+def staged_paths(repo: Path, index_file: Optional[str] = None) -> list[str]:
+    """Paths the index (index_file, or the repository's own) changes against HEAD; a rename
+    contributes both names."""
+    args = ("diff", "--cached", "--name-status", "-z", "-M", "--no-ext-diff")
+    out = _git(repo, *args, index_file=index_file).stdout
     return _parse_name_status(out)
 
 
@@ -132,20 +111,24 @@ def subject(repo: Path, commit: str) -> str:
     return out.decode("utf-8", "replace").strip()
 
 
-def show(repo: Path, rev: str, path: str) -> bytes | None:
-    """A file's bytes at rev (INDEX for the staged copy); None when it does not exist there."""
+def show(repo: Path, rev: str, path: str, index_file: Optional[str] = None) -> bytes | None:
+    """A file's bytes at rev (INDEX for the staged copy, from index_file when given); None when
+    it does not exist there."""
     spec = f":{path}" if rev == INDEX else f"{rev}:{path}"
-    done = _git(repo, "show", spec, check=False)
+    done = _git(repo, "show", spec, check=False, index_file=index_file)
     return done.stdout if done.returncode == 0 else None
 
 
 _SYMLINK_MODE = "120000"
 
 
-def symlinks(repo: Path, rev: str) -> dict[str, str]:
-    """Every symlink in rev's tree (INDEX: the staged tree) -> its stored target."""
+def symlinks(repo: Path, rev: str, index_file: Optional[str] = None) -> dict[str, str]:
+    """Every symlink in rev's tree (INDEX: the staged tree, from index_file when given) -> its
+    stored target."""
     if rev == INDEX:
-        out = _git(repo, "ls-files", "-s", "-z").stdout  # MODE OID STAGE TAB PATH
+        out = _git(
+            repo, "ls-files", "-s", "-z", index_file=index_file
+        ).stdout  # MODE OID STAGE TAB PATH
     else:
         out = _git(repo, "ls-tree", "-r", "-z", "--full-tree", rev).stdout  # MODE TYPE OID TAB PATH
     oids: dict[str, str] = {}

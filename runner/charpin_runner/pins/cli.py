@@ -12,11 +12,11 @@ import argparse
 import os
 import shutil
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
 from charpin_runner import config as charpin_config
+from charpin_runner.config import PinsConfig
 from charpin_runner.errors import (
     EXIT_CLEAN,
     EXIT_DRIFT,
@@ -25,12 +25,10 @@ from charpin_runner.errors import (
     UsageError,
 )
 from charpin_runner.pins import compare as cmp
-from charpin_runner.pins import repoguard
-from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.execute import Session, reaping
 from charpin_runner.pins.model import Case, Pin, check_id
 from charpin_runner.pins.prove import prove, weak_pins
-from charpin_runner.pins.record import Recorded, changes, record_case
+from charpin_runner.pins.record import Recorded, changes, record_pins, save_recordings
 from charpin_runner.pins.replay import (
     Outcome,
     jobs_for,
@@ -43,8 +41,6 @@ from charpin_runner.pins.store import (
     check_rel,
     load_pins,
     require_pins,
-    save_golden,
-    save_jsonl,
 )
 
 _ALL = "*"
@@ -316,74 +312,22 @@ def _record(args: argparse.Namespace) -> int:
         require_pins(pin_set, config)
         print("pins: nothing to record (every pin has a golden; use --update [ID] to re-record)")
         return EXIT_CLEAN
-    results: dict[str, Recorded] = {}
-    refused: list[str] = []
     with reaping(), Session(repo, config) as session:
-        before = repoguard.snapshot(repo)
-
-        def one(pin: Pin) -> tuple[Pin, Optional[Recorded], Optional[str]]:
-            try:
-                return pin, record_case(session, pin.case), None
-            except CharpinError as exc:
-                return pin, None, str(exc)
-
-        with ThreadPoolExecutor(max_workers=jobs_for(config, args.jobs)) as pool:
-            for pin, recorded, problem in pool.map(one, wanted):
-                if recorded is None:
-                    refused.append(f"refused: {problem}")
-                    continue
-                results[pin.case.id] = recorded
-                if pin.golden is None:
-                    print(f"recorded {pin.case.id}")
-                else:
-                    what = changes(pin.golden, recorded.observation)
-                    print(f"updated {pin.case.id}: {', '.join(what) if what else 'unchanged'}")
-        refused += _refuse_repo_writers(session, wanted, before, results)
-    _write(pin_set, new, results)
-    for line in refused:
-        print(line, file=sys.stderr)
-    return EXIT_DRIFT if refused else EXIT_CLEAN
+        batch = record_pins(session, wanted, jobs_for(config, args.jobs), _say_recorded)
+    if batch.unexplained:
+        print(f"warning: {unexplained_note(batch.unexplained)}", file=sys.stderr)
+    save_recordings(pin_set, new, batch.recorded)
+    for reason in batch.refused:
+        print(f"refused: {reason}", file=sys.stderr)
+    return EXIT_DRIFT if batch.refused else EXIT_CLEAN
 
 
-def _refuse_repo_writers(
-    session: Session, wanted: list[Pin], before: repoguard.Snapshot, results: dict[str, Recorded]
-) -> list[str]:
-    """Drop recordings of pins that wrote into the repository; the files are left for the user."""
-    paths = repoguard.changed(before, repoguard.snapshot(session.repo))
-    if not paths:
-        return []
-    found = repoguard.attribute(session, [p.case for p in wanted], paths, before)
-    if found.unexplained:
-        print(f"warning: {unexplained_note(found.unexplained)}", file=sys.stderr)
-    lines = []
-    for pin_id, written in sorted(found.by_pin.items()):
-        results.pop(pin_id, None)
-        lines.append(
-            f"refused: pin {pin_id} writes into the repository ({repoguard.describe(written)}; "
-            "left in place, remove them); write under the declared output folder instead"
-        )
-    return lines
-
-
-def _write(pin_set: PinSet, new: Optional[Case], results: dict[str, Recorded]) -> None:
-    jsonl = list(pin_set.jsonl)
-    if new is not None and new.id in results and new.id not in {p.case.id for p in jsonl}:
-        jsonl.append(Pin(new, None))
-    changed = False
-    merged = []
-    for pin in jsonl:
-        got = results.get(pin.case.id)
-        if got is not None:
-            merged.append(Pin(got.case, got.observation))
-            changed = True
-        else:
-            merged.append(pin)
-    if changed:
-        save_jsonl(pin_set.jsonl_path, merged)
-    for pin in pin_set.folders:
-        got = results.get(pin.case.id)
-        if got is not None:
-            save_golden(pin_set.goldens_dir, pin.case.id, got.observation)
+def _say_recorded(pin: Pin, recorded: Recorded) -> None:
+    if pin.golden is None:
+        print(f"recorded {pin.case.id}")
+    else:
+        what = changes(pin.golden, recorded.observation)
+        print(f"updated {pin.case.id}: {', '.join(what) if what else 'unchanged'}")
 
 
 def _cover(args: argparse.Namespace) -> int:

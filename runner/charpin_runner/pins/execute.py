@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from charpin_runner import procgroup
+from charpin_runner.config import PinsConfig
 from charpin_runner.errors import RunError
 from charpin_runner.pins import reaper
 from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR
-from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.model import Case, Observation, OutFile
 from charpin_runner.pins.normalise import Places, compile_rules, normalise_all
 
@@ -306,6 +306,41 @@ def _run_in(
     config: PinsConfig,
     prefix: Optional[list[str]],
 ) -> Run:
+    """One replay in an empty sandbox: prepare it, spawn the target, observe what it did."""
+    launch = _prepare(session, case, perturbation, sandbox, prefix)
+    ended = _spawn(session, launch, case.stdin, config.timeout)
+    if ended.start_error is not None:
+        empty = Observation(exit_code=-1, stdout=b"", stderr=b"")
+        return Run(empty, {}, [], error=f"cannot start {launch.argv[0]}: {ended.start_error}")
+    return _observe(session, launch, ended, config)
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """Everything decided before a target starts, and the sandbox as it stood then."""
+
+    sandbox: Path
+    work: Path
+    cwd: Path
+    out_dir: Path
+    # The bootstrap's env-reads file; None when the target is not a Python script.
+    env_reads: Optional[Path]
+    argv: list[str]
+    env: dict[str, str]
+    umask: int
+    skip: frozenset[str]
+    before: Signature
+
+
+def _prepare(
+    session: Session,
+    case: Case,
+    perturbation: Optional[Perturbation],
+    sandbox: Path,
+    prefix: Optional[list[str]],
+) -> _Launch:
+    """Fill the sandbox (work from the fixtures, HOME, TMPDIR), build argv and env, and take
+    the sandbox's signature last, so everything charpin made there is not blamed on the pin."""
     work = sandbox / "work"
     if case.fixtures is not None:
         source = session.repo / case.fixtures
@@ -319,7 +354,7 @@ def _run_in(
     cwd = work / case.cwd_rel
     if case.cwd_rel != ".":
         cwd.mkdir(parents=True, exist_ok=True)
-    out_dir = work / config.output
+    out_dir = work / session.config.output
     side = sandbox / "env-reads"
     argv, records_env = session.command(case, prefix)
     env = session.base_env(sandbox)
@@ -328,31 +363,47 @@ def _run_in(
         env.update(perturbation.env)
     if records_env:
         env[ENV_VAR] = str(side)
+    umask = perturbation.umask if perturbation and perturbation.umask is not None else DEFAULT_UMASK
     # The whole sandbox is watched (work, HOME, TMPDIR, and anything a target makes next to
     # them with ../), except the output folder and the bootstrap's own env-reads file.
     skip = frozenset({str(out_dir), str(side)})
-    before = _signature(str(sandbox), skip)
-    umask = perturbation.umask if perturbation and perturbation.umask is not None else DEFAULT_UMASK
-    ended = _supervise(session, argv, env, cwd, umask, case.stdin, config.timeout)
-    if ended.start_error is not None:
-        empty = Observation(exit_code=-1, stdout=b"", stderr=b"")
-        return Run(empty, {}, [], error=f"cannot start {argv[0]}: {ended.start_error}")
-    after = _signature(str(sandbox), skip)
+    return _Launch(
+        sandbox=sandbox,
+        work=work,
+        cwd=cwd,
+        out_dir=out_dir,
+        env_reads=side if records_env else None,
+        argv=argv,
+        env=env,
+        umask=umask,
+        skip=skip,
+        before=_signature(str(sandbox), skip),
+    )
+
+
+def _observe(session: Session, launch: _Launch, ended: _Ended, config: PinsConfig) -> Run:
+    """What the ended target left: writes outside the output folder, the output files, the
+    env keys it read, all normalised into the Observation a pin stores."""
+    sandbox = launch.sandbox
+    after = _signature(str(sandbox), launch.skip)
     # Folders on the way to the output folder (e.g. build/ for build/out) may appear or change.
-    parents = {str(p) for p in out_dir.parents}
+    parents = {str(p) for p in launch.out_dir.parents}
+    before = launch.before
     outside = sorted(
         _display(p, sandbox)
         for p in set(before) | set(after)
         if before.get(p) != after.get(p) and p not in parents
     )
-    outputs, files_over = _outputs(out_dir, FILES_LIMIT)
-    limit = ended.limit or files_over
+    outputs, files_over = _outputs(launch.out_dir, FILES_LIMIT)
     env_read: Optional[list[str]] = None
-    if records_env and side.is_file():
-        text = side.read_text(encoding="utf-8")
+    if launch.env_reads is not None and launch.env_reads.is_file():
+        text = launch.env_reads.read_text(encoding="utf-8")
         env_read = sorted(k for k in text.split("\n") if k)
     places = Places(
-        work=str(work), tmp=str(sandbox / "tmp"), home=str(sandbox / "home"), repo=str(session.repo)
+        work=str(launch.work),
+        tmp=str(sandbox / "tmp"),
+        home=str(sandbox / "home"),
+        repo=str(session.repo),
     )
     rules = compile_rules(list(config.normalise), places)
     names = sorted(outputs)
@@ -376,6 +427,7 @@ def _run_in(
         env_read=env_read,
         norm_counts=counts,
     )
+    limit = ended.limit or files_over
     return Run(obs, file_bytes, outside, timed_out=ended.timed_out, error=ended.error, limit=limit)
 
 
@@ -422,16 +474,8 @@ class _Ended:
     start_error: Optional[str] = None
 
 
-def _supervise(
-    session: Session,
-    argv: list[str],
-    env: dict[str, str],
-    cwd: Path,
-    umask: int,
-    stdin: bytes,
-    timeout: float,
-) -> _Ended:
-    """Run argv under its own supervisor (reaper.py) and collect what it wrote.
+def _spawn(session: Session, launch: _Launch, stdin: bytes, timeout: float) -> _Ended:
+    """Run the target under its own supervisor (reaper.py) and collect what it wrote.
 
     Returns only when the supervisor has exited, i.e. after the target and everything it started
     were killed, or after this process killed what it could itself (see _clean_up)."""
@@ -447,7 +491,7 @@ def _supervise(
                 cwd=str(session.dir),
                 env=session.supervisor_env,
                 start_new_session=True,
-                umask=umask,
+                umask=launch.umask,
                 pass_fds=(theirs.fileno(),),
             )
             _LIVE.add(proc.pid)
@@ -459,7 +503,7 @@ def _supervise(
     try:
         try:
             # The supervisor reads the spec before anything else.
-            channel.sendall(reaper.encode_spec(str(cwd), argv, env))
+            channel.sendall(reaper.encode_spec(str(launch.cwd), launch.argv, launch.env))
             channel.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the supervisor died; the status it never wrote says so below

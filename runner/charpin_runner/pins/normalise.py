@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from re import Match, Pattern
 
+from charpin_runner.config import NormRule
 from charpin_runner.errors import ConfigError
-from charpin_runner.pins.config import NormRule
 
 TOKENS = {"work": b"$WORK", "tmp": b"$TMP", "home": b"$HOME", "repo": b"$REPO"}
 TIMESTAMP = re.compile(

@@ -1,6 +1,9 @@
 """Record pins with the current program as the oracle, refusing unstable ones. Stdlib only.
 
-A new recording is replayed three times before it is accepted:
+Imports only charpin_runner.errors and sibling pins modules; raises, never prints.
+record_pins records a batch in parallel, then drops the pins that wrote into the repository
+(repoguard.py); save_recordings writes the survivors to pins.jsonl and the goldens folder.
+Each new recording (record_case) is replayed three times before it is accepted:
   1. repeat     - same sandbox path, same everything: catches clocks, randomness, races;
   2. temp-root  - the sandbox under another, deeper temp root (with a space in it);
   3. locale     - TZ, LANG, PYTHONHASHSEED and umask changed together; on drift each is tried
@@ -11,12 +14,15 @@ File modes are not compared under the umask perturbation (a umask changes modes 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
+from charpin_runner.pins import repoguard
 from charpin_runner.pins.execute import (
     FILES_LIMIT,
     STREAM_LIMIT,
@@ -25,7 +31,8 @@ from charpin_runner.pins.execute import (
     Session,
     run_case,
 )
-from charpin_runner.pins.model import Case, Observation
+from charpin_runner.pins.model import Case, Observation, Pin
+from charpin_runner.pins.store import PinSet, save_golden, save_jsonl
 
 SINGLE_PERTURBATIONS = (
     Perturbation("TZ", env={"TZ": "Pacific/Chatham"}),
@@ -158,3 +165,85 @@ def changes(old: Observation, new: Observation) -> list[str]:
     if found == [cmp.STDERR]:
         labels = ["stderr only"]
     return labels
+
+
+@dataclass
+class Batch:
+    """What recording a set of pins gave."""
+
+    # Stable recordings by pin id; only these are saved.
+    recorded: dict[str, Recorded] = field(default_factory=dict)
+    # One reason per refused pin (unstable, failed to run, or wrote into the repository).
+    refused: list[str] = field(default_factory=list)
+    # Repository paths that changed during the batch although no pin wrote them again.
+    unexplained: list[str] = field(default_factory=list)
+
+
+def record_pins(
+    session: Session,
+    wanted: list[Pin],
+    jobs: int,
+    on_recorded: Optional[Callable[[Pin, Recorded], None]] = None,
+) -> Batch:
+    """Record wanted pins jobs at a time, then refuse those that wrote into the repository.
+
+    on_recorded is called in the caller's thread, in the order of wanted, as each pin's
+    recording is accepted (a later repository check can still refuse it)."""
+    batch = Batch()
+    before = repoguard.snapshot(session.repo)
+
+    def one(pin: Pin) -> tuple[Pin, Optional[Recorded], Optional[str]]:
+        try:
+            return pin, record_case(session, pin.case), None
+        except CharpinError as exc:
+            return pin, None, str(exc)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for pin, recorded, problem in pool.map(one, wanted):
+            if recorded is None:
+                batch.refused.append(str(problem))
+                continue
+            batch.recorded[pin.case.id] = recorded
+            if on_recorded is not None:
+                on_recorded(pin, recorded)
+    _refuse_repo_writers(session, wanted, before, batch)
+    return batch
+
+
+def _refuse_repo_writers(
+    session: Session, wanted: list[Pin], before: repoguard.Snapshot, batch: Batch
+) -> None:
+    """Drop recordings of pins that wrote into the repository; the files are left for the user."""
+    paths = repoguard.changed(before, repoguard.snapshot(session.repo))
+    if not paths:
+        return
+    found = repoguard.attribute(session, [p.case for p in wanted], paths, before)
+    batch.unexplained = found.unexplained
+    for pin_id, written in sorted(found.by_pin.items()):
+        batch.recorded.pop(pin_id, None)
+        batch.refused.append(
+            f"pin {pin_id} writes into the repository ({repoguard.describe(written)}; "
+            "left in place, remove them); write under the declared output folder instead"
+        )
+
+
+def save_recordings(pin_set: PinSet, new: Optional[Case], recorded: dict[str, Recorded]) -> None:
+    """Store recordings where their pins live: pins.jsonl (new is appended there) or goldens."""
+    jsonl = list(pin_set.jsonl)
+    if new is not None and new.id in recorded and new.id not in {p.case.id for p in jsonl}:
+        jsonl.append(Pin(new, None))
+    changed = False
+    merged = []
+    for pin in jsonl:
+        got = recorded.get(pin.case.id)
+        if got is not None:
+            merged.append(Pin(got.case, got.observation))
+            changed = True
+        else:
+            merged.append(pin)
+    if changed:
+        save_jsonl(pin_set.jsonl_path, merged)
+    for pin in pin_set.folders:
+        got = recorded.get(pin.case.id)
+        if got is not None:
+            save_golden(pin_set.goldens_dir, pin.case.id, got.observation)

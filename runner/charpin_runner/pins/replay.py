@@ -13,11 +13,10 @@ from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from charpin_runner.config import CharpinConfig
+from charpin_runner.config import CharpinConfig, PinsConfig
 from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
-from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.execute import Run, Session, reaping, run_case
 from charpin_runner.pins.model import Observation, Pin
 from charpin_runner.pins.store import load_pins

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from charpin_runner.config import PinsConfig
 from charpin_runner.errors import ConfigError, IntegrityError
-from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.model import (
     Case,
     Observation,

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from charpin_runner.config import PinsConfig
 from charpin_runner.errors import IntegrityError
-from charpin_runner.pins.config import PinsConfig
 from charpin_runner.pins.model import Case, Observation, OutFile, Pin
 from charpin_runner.pins.store import load_jsonl, load_pins, save_golden, save_jsonl
 from pins_helpers import Runner

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from charpin_runner.config import NormRule, default_rules
 from charpin_runner.errors import ConfigError
-from charpin_runner.pins.config import NormRule, default_rules
 from charpin_runner.pins.normalise import Places, compile_rules, normalise_all
 from pins_helpers import Runner, edit, write_pins
 

@@ -1,0 +1,56 @@
+"""CLI output of a run: the report as text or JSON on stdout, and the extra report files.
+Coordinator side; may print (only the CLIs call it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from charpin_runner.errors import UsageError
+
+from charpin_coordinator.remote.junit import to_junit
+from charpin_coordinator.remote.run import RunResult
+from charpin_coordinator.render import encode_json, render_markdown, render_text
+
+
+def emit(
+    result: RunResult,
+    *,
+    json: bool = False,
+    markdown: Path | None = None,
+    junit: Path | None = None,
+    show_folder: bool = True,
+) -> None:
+    """Print a run's report (text or JSON) and write the extra report files asked for."""
+    report = result.report
+    if markdown:
+        _write_file(markdown, render_markdown(report).encode())
+    if junit:
+        _write_file(junit, to_junit(report))
+    if json:
+        sys.stdout.buffer.write(encode_json(report))
+    else:
+        sys.stdout.write(render_text(report, color=sys.stdout.isatty()))
+        if show_folder:
+            sys.stdout.write(f"run folder: {_shown(result.folder)}\n")
+    sys.stdout.flush()
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}; pass a writable path") from exc
+
+
+def _shown(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+

@@ -1,0 +1,193 @@
+"""Coordinator side. One `charpin-remote run` as two calls: plan it, then run it.
+
+    plan(...)          hosts -> HostSpecs -> BoxTargets; commit -> Snapshot; config; runner zipapp
+    run(plan, targets) fan out run_box over the targets -> BoxOutcomes -> drift report -> run folder
+
+`run` returns a RunResult (report, outcomes, folder) and prints nothing: the CLI, the demo and
+`verify` call it and decide what to show and which exit code to return.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
+from charpin_runner.runid import check_run_id, new_run_id
+
+from charpin_coordinator.config import load_config
+from charpin_coordinator.drift import build_report
+from charpin_coordinator.remote import results, snapshot
+from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, Phase, RunPlan, run_box
+from charpin_coordinator.remote.builtin import clean_target, local_target
+from charpin_coordinator.remote.bundle import runner_bundle
+from charpin_coordinator.remote.hosts import (
+    BUILTIN_BOXES,
+    HostSpec,
+    decode_host_extras,
+    resolve_hosts,
+)
+from charpin_coordinator.remote.orchestrate import Job, run_all
+from charpin_coordinator.render import encode_json, render_markdown
+from charpin_coordinator.report import DriftReport, map_strings
+
+DEFAULT_TIMEOUT = 1800.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user chose for one run (the CLI's flags, the demo's fixed choices)."""
+
+    repo: Path
+    hosts: Sequence[str]
+    commit: str = "HEAD"
+    ssh_config: Path | None = None
+    run_id: str | None = None
+    out_dir: Path | None = None  # default <repo>/.charpin/runs
+    timeout: float | None = None  # beats the config's timeout, which beats DEFAULT_TIMEOUT
+    keep: bool = False
+    accept_new: bool = False
+    sandbox: str = "auto"
+    baseline: str | None = None
+    jobs: int = 4
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A run ready to go: the shared plan, one target per box, where the run folder goes."""
+
+    plan: RunPlan
+    targets: list[BoxTarget]
+    out_dir: Path
+    baseline: str | None
+    jobs: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run produced; the run folder is already written."""
+
+    report: DriftReport
+    outcomes: list[BoxOutcome]
+    folder: Path
+    interrupted: bool
+
+    @property
+    def exit_code(self) -> int:
+        """The report's bitmask; Ctrl-C always adds bit 4 (a box was not evaluated)."""
+        return self.report.exit_code | (EXIT_NOT_EVALUATED if self.interrupted else 0)
+
+
+def plan(options: Options) -> Planned:
+    """Resolve the commit, the configuration and the hosts; UsageError for anything wrong."""
+    names = list(options.hosts)
+    if options.baseline is not None and options.baseline not in names:
+        raise UsageError(f"--baseline {options.baseline!r} is not one of --hosts {','.join(names)}")
+    # paramiko and fabric take a few tenths of a second to import: do it while git works.
+    ssh_import = None
+    if any(name not in BUILTIN_BOXES for name in names):
+        ssh_import = threading.Thread(target=_import_ssh, daemon=True)
+        ssh_import.start()
+    repo = options.repo
+    snap = snapshot.resolve(repo, options.commit)
+    loaded = load_config(repo, rev=snap.commit)
+    run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
+    out_dir = (options.out_dir or repo / ".charpin" / "runs").absolute()
+    if (out_dir / run_id).exists():
+        raise UsageError(f"{out_dir / run_id} already exists; pick another --run-id")
+    shared = RunPlan(
+        run_id=run_id,
+        snap=snap,
+        config_table=loaded.table,
+        setup=list(loaded.charpin.setup),
+        timeout=options.timeout or loaded.charpin.timeout or DEFAULT_TIMEOUT,
+        keep=options.keep,
+        runner=runner_bundle(),
+        repo_key=snapshot.repo_key(repo),
+        sandbox=options.sandbox,
+    )
+    if ssh_import is not None:
+        ssh_import.join()
+    specs = resolve_hosts(
+        names, ssh_config=options.ssh_config, extras=decode_host_extras(loaded.hosts)
+    )
+    targets = [_target(spec, repo, options) for spec in specs]
+    return Planned(shared, targets, out_dir, options.baseline, options.jobs)
+
+
+def run(planned: Planned, *, phase: Phase | None = None) -> RunResult:
+    """Run every box (at most planned.jobs at once), report the drift, write the run folder."""
+    shared = planned.plan
+    jobs = [Job(target.label, _Bound(target, shared)) for target in planned.targets]
+    fan = run_all(jobs, max_workers=planned.jobs, phase=phase or _quiet)
+    receipts = [(o.label, o.receipt) for o in fan.outcomes if o.receipt is not None]
+    missing = [o.not_evaluated for o in fan.outcomes if o.not_evaluated is not None]
+    baseline = planned.baseline
+    if baseline is not None and baseline not in {label for label, _ in receipts}:
+        baseline = None  # the requested baseline was not evaluated; its NOT EVALUATED row says so
+    report = build_report(
+        receipts, baseline=baseline, not_evaluated=missing, expected_commit=shared.snap.commit
+    )
+    # Box output was masked as it arrived; labels and reasons built from it here are masked too,
+    # value by value, before any encoding escapes a secret out of recognition.
+    report = map_strings(report, shared.redactor.text)
+    folder = results.write_run(
+        planned.out_dir,
+        shared.run_id,
+        fan.outcomes,
+        results.ReportFiles(
+            drift_json=encode_json(report), drift_md=render_markdown(report).encode()
+        ),
+    )
+    return RunResult(report, fan.outcomes, folder, fan.interrupted)
+
+
+def _target(spec: HostSpec, repo: Path, options: Options) -> BoxTarget:
+    extras = spec.extras
+    # --timeout on the command line beats a host's configured timeout, which beats the plan's.
+    timeout = options.timeout or extras.timeout
+    # Allow-listed names (checked not to look like secrets) that are set here.
+    env = {name: os.environ[name] for name in extras.env if name in os.environ}
+    if spec.builtin and spec.name == "local":
+        return local_target(spec.name, repo, timeout=timeout)
+    if spec.builtin:
+        return clean_target(
+            spec.name,
+            keep=options.keep,
+            python=extras.python,
+            setup=extras.setup,
+            timeout=timeout,
+            env=env,
+        )
+    from charpin_coordinator.remote.ssh import connector
+
+    return BoxTarget(
+        label=spec.name,
+        connect=connector(spec, accept_new=options.accept_new),
+        python=extras.python or "python3",
+        setup=extras.setup,
+        timeout=timeout,
+        env=env,
+    )
+
+
+class _Bound:
+    """run_box for one target and plan, as the fan-out calls it."""
+
+    def __init__(self, target: BoxTarget, shared: RunPlan):
+        self.target, self.shared = target, shared
+
+    def __call__(self, phase: Phase, stop: threading.Event) -> BoxOutcome:
+        return run_box(self.target, self.shared, phase, stop)
+
+
+def _import_ssh() -> None:
+    importlib.import_module("charpin_coordinator.remote.ssh")
+
+
+def _quiet(label: str, phase: str) -> None:
+    """No progress display."""

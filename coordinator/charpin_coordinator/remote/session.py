@@ -1,0 +1,206 @@
+"""Coordinator side; stdlib and charpin_runner only. One conversation with one box's agent.
+
+A session is one channel: the bootstrap below starts on the box with `python3 -I -c`, checks
+the interpreter, makes sure the runner zipapp this coordinator carries is in the box's cache
+(asking for its bytes on the same channel when it is not), and replaces itself with the agent
+(`runner.pyz box serve`). From then on every step is one request frame and one reply frame
+(charpin_runner.box.wire). While the tests run the session waits on the channel; when the run
+must stop (Ctrl-C) it sends one `stop` frame, and the agent stops the runner and replies.
+
+The bootstrap is the only box-side code kept as a string: it has to run before the runner is
+there. It must stay valid on any Python 3 so that a too-old one still answers in frames.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from charpin_runner.box import wire
+from charpin_runner.errors import IntegrityError
+
+from charpin_coordinator.remote.bundle import RunnerBundle
+from charpin_coordinator.remote.errors import BoxError, kind_named, last_lines
+from charpin_coordinator.remote.transport import Channel, Finished, Transport
+
+_WAIT_SLICE = 0.25  # how often a waiting session looks at the stop event
+_FINISH_SECONDS = 10.0
+
+BOOTSTRAP = r"""
+import hashlib, json, os, sys
+def say(**fields):
+    fields["size"] = 0
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+if sys.version_info < (3, 9):
+    say(ok=False, kind="unsupported-box", error="%s is Python %d.%d; charpin needs 3.9 or newer: "
+        "install it or set python = \"/path/to/python3\" for this host"
+        % ((sys.executable,) + tuple(sys.version_info[:2])))
+    sys.exit(0)
+home, name, sha, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+folder = os.path.join(home or os.path.expanduser("~"), ".cache", "charpin", "runners")
+path = os.path.join(folder, name)
+def digest(where):
+    found = hashlib.sha256()
+    with open(where, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            found.update(block)
+    return found.hexdigest()
+if os.path.islink(path) or not os.path.isfile(path) or digest(path) != sha:
+    say(need=True)
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(0, size - len(data))
+        if not chunk:
+            sys.exit(3)
+        data += chunk
+    if hashlib.sha256(data).hexdigest() != sha:
+        say(ok=False, kind="runner-failed", error="the runner zipapp arrived corrupted; run again")
+        sys.exit(0)
+    os.makedirs(folder, exist_ok=True)
+    part = "%s.part-%d" % (path, os.getpid())
+    with open(part, "wb") as handle:
+        handle.write(data)
+    os.replace(part, path)
+os.execv(sys.executable, [sys.executable, "-I", path, "box", "serve", "--home", home])
+"""
+
+
+def shipped_agent(python: str, home: str, runner: RunnerBundle) -> list[str]:
+    """The argv that starts the agent on a box through the bootstrap."""
+    return [python, "-I", "-c", BOOTSTRAP, home, runner.name, runner.sha256, str(len(runner.data))]
+
+
+def local_agent(home: str) -> list[str]:
+    """The argv that starts this coordinator's own runner package as the agent, for a box that
+    runs the working tree in place (no zipapp; its transport puts the package on PYTHONPATH)."""
+    return [sys.executable, "-m", "charpin_runner", "box", "serve", "--home", home]
+
+
+class BoxSession:
+    """Requests and replies with one box's agent over one channel."""
+
+    def __init__(self, box: Transport, channel: Channel, *, python: str):
+        self.box, self.channel, self.python = box, channel, python
+        self.label = box.name
+        self.agent_python = ""
+        self._ready = False
+        self._ends = 0.0
+        self._stop: threading.Event | None = None
+        self._stop_sent = False
+        self._reader = wire.Reader(self._recv)
+        self._finished: Finished | None = None
+
+    @classmethod
+    def start(
+        cls,
+        box: Transport,
+        argv: list[str],
+        *,
+        python: str,
+        runner: RunnerBundle | None,
+        timeout: float,
+    ) -> BoxSession:
+        """Start the agent (through the bootstrap when runner is given) and wait until ready."""
+        session = cls(box, box.open(argv), python=python)
+        try:
+            header, _ = session._read(timeout, "starting the box agent")
+            if header.get("need") and runner is not None:
+                session.channel.send(runner.data)
+                header, _ = session._read(timeout, "installing the runner")
+            if not header.get("ok"):
+                raise session._refusal(header)
+        except BaseException:
+            session.close(polite=False)
+            raise
+        session._ready = True
+        session.agent_python = str(header.get("python", ""))
+        return session
+
+    def call(
+        self,
+        op: str,
+        fields: Mapping[str, Any] | None = None,
+        payload: bytes = b"",
+        *,
+        timeout: float,
+        stop: threading.Event | None = None,
+    ) -> tuple[dict[str, Any], bytes]:
+        """Send one request and return its reply; BoxError with the agent's kind if it failed.
+        With stop, a set event sends the agent one `stop` frame while waiting for the reply."""
+        self.channel.send(wire.encode({"op": op, **(fields or {})}, payload))
+        header, data = self._read(timeout, op, stop)
+        if not header.get("ok"):
+            raise self._refusal(header)
+        return header, data
+
+    def close(self, *, polite: bool = True) -> Finished:
+        """Say goodbye (when the agent is still listening) and end the channel."""
+        if self._finished is not None:
+            return self._finished
+        if polite and self._ready:
+            try:
+                self.channel.send(wire.encode({"op": "bye"}))
+                self._read(_FINISH_SECONDS, "saying goodbye")
+            except (BoxError, IntegrityError, OSError):
+                pass
+        self._finished = self.channel.finish(_FINISH_SECONDS)
+        return self._finished
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _read(
+        self, timeout: float, what: str, stop: threading.Event | None = None
+    ) -> tuple[dict[str, Any], bytes]:
+        self._ends = time.monotonic() + timeout
+        self._stop, self._stop_sent = stop, False
+        self._what, self._timeout = what, timeout
+        try:
+            frame = self._reader.read()
+        except IntegrityError as exc:
+            raise BoxError(self.label, "runner-failed", f"{what}: {exc}") from exc
+        finally:
+            self._stop = None
+        if frame is None:
+            raise self._ended(what)
+        return frame
+
+    def _recv(self, size: int) -> bytes:
+        while True:
+            left = self._ends - time.monotonic()
+            if left <= 0:
+                raise BoxError(
+                    self.label,
+                    "timeout",
+                    f"{self._what}: the box did not answer within {self._timeout:g}s; check the "
+                    "box or raise --timeout / the host's timeout",
+                )
+            if self._stop is not None and self._stop.is_set() and not self._stop_sent:
+                self.channel.send(wire.encode({"op": "stop"}))
+                self._stop_sent = True
+            data = self.channel.recv(size, min(left, _WAIT_SLICE))
+            if data is not None:
+                return data
+
+    def _ended(self, what: str) -> BoxError:
+        """The agent's stream ended: say how the program ended and what it printed last."""
+        finished = self.channel.finish(_FINISH_SECONDS)
+        self._finished = finished
+        tail = last_lines(finished.stderr)
+        if not self._ready:
+            return BoxError(
+                self.label,
+                "unsupported-box",
+                f"{self.python} did not start ({tail}); install python3 >= 3.9 or set python = "
+                f'"/path/to/python3" under [tool.charpin.hosts.{self.label}]',
+            )
+        status = "" if finished.status is None else f" (exit {finished.status})"
+        return BoxError(self.label, "runner-failed", f"{what}: the box agent ended{status}: {tail}")
+
+    def _refusal(self, header: dict[str, Any]) -> BoxError:
+        return BoxError(
+            self.label, kind_named(header.get("kind")), str(header.get("error") or "no reason")
+        )

@@ -1,0 +1,163 @@
+"""Where a run lives on a box, and the facts the coordinator needs first. Runs on boxes; stdlib only.
+
+Everything charpin keeps on a box is under `~/.cache/charpin` (the `clean` box passes its own
+home): `runners/` (zipapps by content hash), `repos/` (one bare cache repository per project),
+`venvs/` (setup venvs by dependency hash) and `runs/<run-id>/<box>/` (one run: the checkout, its
+config, receipt, seal and logs; removed afterwards unless --keep).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from charpin_runner import gitcmd
+from charpin_runner.errors import BoxStepError, UsageError
+from charpin_runner.runid import RUN_ID
+
+_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_HEX = re.compile(r"[0-9a-f]{16}|[0-9a-f]{40}|[0-9a-f]{64}")
+HAVES_LIMIT = 32  # the most recent cached commits offered as bundle prerequisites
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of one box run."""
+
+    root: Path
+    run: Path
+    src: Path
+    cache_repo: Optional[Path]  # None for a run in place (the `local` box ships nothing)
+
+    @property
+    def config(self) -> Path:
+        return self.run / "config.json"
+
+    @property
+    def receipt(self) -> Path:
+        return self.run / "receipt.json"
+
+    @property
+    def stdout(self) -> Path:
+        return self.run / "stdout.log"
+
+    @property
+    def stderr(self) -> Path:
+        return self.run / "stderr.log"
+
+    @property
+    def bundle(self) -> Path:
+        return self.run / "snapshot.bundle"
+
+    @property
+    def venvs(self) -> Path:
+        return self.root / "venvs"
+
+
+def cache_root(home: str) -> Path:
+    """The box's charpin folder under home (the user's home directory when home is empty)."""
+    return Path(home or os.path.expanduser("~")) / ".cache" / "charpin"
+
+
+def prepare(home: str, request: dict[str, Any], config: bytes) -> tuple[Layout, dict[str, Any]]:
+    """Make this run's folder, store its config and report what the box has: Python, pytest,
+    bubblewrap, and whether its cache repository already holds the commit (and which it holds)."""
+    run_id = _field(request, "run_id", RUN_ID)
+    folder = _field(request, "folder", _FOLDER)
+    in_place = str(request.get("in_place") or "")
+    if request.get("need_venv"):
+        missing = [m for m in ("venv", "ensurepip") if not importable(m)]
+        if missing:
+            raise BoxStepError(
+                "unsupported-box",
+                f"{sys.executable} lacks {' and '.join(missing)}; install python3-venv "
+                "(Debian/Ubuntu) or set python to an interpreter that has it",
+            )
+    if shutil.which("git") is None:
+        raise BoxStepError("unsupported-box", "git is not installed on the box; install git")
+    root = cache_root(home)
+    for sub in ("runners", "repos", "venvs", os.path.join("runs", run_id)):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    run = root / "runs" / run_id / folder
+    run.mkdir()  # a run folder is never reused
+    if in_place:
+        layout = Layout(root=root, run=run, src=Path(in_place), cache_repo=None)
+    else:
+        repo_key = _field(request, "repo_key", _HEX)
+        layout = Layout(
+            root=root, run=run, src=run / "src", cache_repo=root / "repos" / f"{repo_key}.git"
+        )
+    layout.config.write_bytes(config)
+    has, haves = False, list[str]()
+    if layout.cache_repo is not None:
+        has, haves = cached_commits(layout.cache_repo, _field(request, "commit", _HEX))
+    facts = {
+        "python": sys.version.split()[0],
+        "has_pytest": importable("pytest"),
+        "bwrap": shutil.which("bwrap") is not None,
+        "has": has,
+        "haves": haves,
+    }
+    return layout, facts
+
+
+def cached_commits(cache: Path, commit: str) -> tuple[bool, list[str]]:
+    """Whether cache holds commit, and its most recent cached commits (bundle prerequisites)."""
+    if not cache.is_dir():
+        return False, []
+    has = gitcmd.run(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=cache).returncode == 0
+    listed = gitcmd.run(
+        [
+            "for-each-ref",
+            "--sort=-committerdate",
+            f"--count={HAVES_LIMIT}",
+            "--format=%(objectname)",
+            "refs/charpin/",
+        ],
+        cwd=cache,
+    )
+    haves = listed.stdout.decode("ascii", "replace").split() if listed.returncode == 0 else []
+    return has, haves
+
+
+def probe(home: str) -> dict[str, Any]:
+    """What `hosts check` reports: this Python, venv/ensurepip/pytest, git, disk and bubblewrap."""
+    found = {m: importable(m) for m in ("venv", "ensurepip", "pytest")}
+    git = ""
+    if shutil.which("git"):
+        git = gitcmd.run(["--version"]).stdout.decode("utf-8", "replace").strip()
+    where = Path(home or os.path.expanduser("~"))
+    stat = os.statvfs(where)
+    return {
+        "version": list(sys.version_info[:3]),
+        "executable": sys.executable,
+        **found,
+        "git": git,
+        "home": str(where),
+        "free_mb": stat.f_bavail * stat.f_frsize // (1024 * 1024),
+        "bwrap": shutil.which("bwrap") is not None,
+    }
+
+
+def importable(module: str) -> bool:
+    """True when module imports: a distribution can ship a stub that only fails on import."""
+    if module == "pytest":  # importing pytest costs a quarter second; its presence is enough
+        return importlib.util.find_spec(module) is not None
+    try:
+        importlib.import_module(module)
+    except Exception:
+        return False
+    return True
+
+
+def _field(request: dict[str, Any], name: str, pattern: re.Pattern[str]) -> str:
+    value = request.get(name)
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise UsageError(f"box protocol: {name} {value!r} is not valid")
+    return value
