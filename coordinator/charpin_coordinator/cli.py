@@ -1,45 +1,36 @@
 """The `charpin-remote` command. Coordinator side: the only module family that prints and exits.
 
 Command groups live in their own `*cli.py` modules with `add_parsers(subparsers)`; handlers return
-an exit code (the bitmask of design §6) or raise CharpinError, printed as one line.
+an exit code (the bitmask of design §6) or raise CharpinError; charpin_runner.climain, the `main`
+shared with `charpin`, prints that as one line and returns its code.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from collections.abc import Callable
 
 from charpin_runner import __version__
-from charpin_runner.errors import EXIT_INTERRUPTED, EXIT_USAGE, CharpinError
+from charpin_runner.climain import Parser, run_main
 
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
-
-Handler = Callable[[argparse.Namespace], int]
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so usage errors get exit 64 like the rest."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise CharpinError(f"{message} (see {self.prog} --help)")
+# The commands remote/cli.py registers; `compare` is compare_cli's.
+_REMOTE = ("run", "hosts", "demo")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Return the `charpin-remote` parser; with `command`, only what that command needs.
 
-    `compare` is often run on big receipts in CI: it should not pay for importing the SSH
-    pipeline's modules just to build sub-parsers it will never use.
+    `compare` is often run on big receipts in CI and should not pay for importing the SSH
+    pipeline; `run` should not pay for the renderers before its boxes have started.
     """
-    from charpin_coordinator import compare_cli
-
-    parser = _Parser(
+    parser = Parser(
         prog="charpin-remote", description="One snapshot, many boxes, one drift report."
     )
     parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    compare_cli.add_parsers(sub)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    if command not in _REMOTE:
+        from charpin_coordinator import compare_cli
+
+        compare_cli.add_parsers(sub)
     if command != "compare":
         from charpin_coordinator.remote import cli as remote_cli
 
@@ -47,24 +38,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(args_list: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    parser = build_parser(args_list[0] if args_list else None)
+    return parser, parser.parse_args(args_list)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run `charpin-remote`; return the exit code."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    try:
-        parser = build_parser(args_list[0] if args_list else None)
-        args = parser.parse_args(args_list)
-        handler: Handler | None = getattr(args, "handler", None)
-        if handler is None:
-            parser.print_help(sys.stderr)
-            return EXIT_USAGE
-        return handler(args)
-    except CharpinError as exc:
-        print(f"charpin-remote: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("charpin-remote: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader left (`... | head`): stop quietly, as a killed-by-SIGPIPE process would.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+    return run_main("charpin-remote", _parse, argv)

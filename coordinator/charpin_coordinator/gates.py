@@ -1,8 +1,11 @@
 """Coordinator side; pure. The gate table (design §5): PASS, FAIL or INCOMPLETE per gate per box.
 
-Gates fail closed on absence: no watched roots, no collected tests, or a comparison with one box
-is INCOMPLETE, never PASS. The box's own exit interpretation is not trusted: completeness is
-recomputed here from the sets the receipt carries.
+Gates fail closed on absence of evidence: a watched root that is missing, no collected tests,
+or a comparison with only one box is INCOMPLETE, never PASS. Absence by configuration is not
+missing evidence: with no fixture roots watched Fixture integrity passes and says so ("no
+fixture roots watched"), as Quarantine does with no ledger and Pin replay with no pins. The
+box's own exit interpretation is not trusted: completeness is recomputed here from the sets
+the receipt carries.
 """
 
 from __future__ import annotations

@@ -8,54 +8,46 @@ raise CharpinError, which becomes one line on stderr and its documented exit cod
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from typing import Callable
+import importlib
 
 from charpin_runner import __version__
-from charpin_runner.errors import EXIT_INTERRUPTED, EXIT_USAGE, CharpinError
+from charpin_runner.climain import Parser, run_main
 
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
-
-Handler = Callable[[argparse.Namespace], int]
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so usage errors get exit 64 like the rest."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise CharpinError(f"{message} (see {self.prog} --help)")
+# Command name -> the module that registers it. Only the module of the command being run is
+# imported: `charpin receipt` on a box should not pay for compiling the guard and the inventory.
+_COMMANDS = {
+    "receipt": "charpin_runner.receipt_cli",
+    "pins": "charpin_runner.pins.cli",
+    "inventory": "charpin_runner.inventory.cli",
+    "guard": "charpin_runner.guard.cli",
+    "box": "charpin_runner.box_cli",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the full `charpin` parser."""
-    return _build()[0]
+    return _build(None)[0]
 
 
-def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The parser and its command parsers by name."""
-    from charpin_runner import box_cli, receipt_cli
-    from charpin_runner.guard import cli as guard_cli
-    from charpin_runner.inventory import cli as inventory_cli
-    from charpin_runner.pins import cli as pins_cli
-
-    parser = _Parser(prog="charpin", description="Receipts and pins for messy code.")
+def _build(
+    command: str | None,
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser (every command, or only `command` when it is one) and its command parsers."""
+    parser = Parser(prog="charpin", description="Receipts and pins for messy code.")
     parser.add_argument("--version", action="version", version=f"charpin {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    receipt_cli.add_parsers(sub)
-    pins_cli.add_parsers(sub)
-    inventory_cli.add_parsers(sub)
-    guard_cli.add_parsers(sub)
-    box_cli.add_parsers(sub)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    wanted = [command] if command in _COMMANDS else list(_COMMANDS)
+    for name in wanted:
+        importlib.import_module(_COMMANDS[str(name)]).add_parsers(sub)
     return parser, dict(sub.choices)
 
 
-def _parse(args_list: list[str]) -> argparse.Namespace:
+def _parse(args_list: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     """Parse strictly. For a command that passes arguments on (accepts_extra), only what follows
     the first `--` is passed on: a typo like `--lable x` before it is a usage error, never a
     pytest argument."""
-    parser, commands = _build()
     command = next((a for a in args_list if not a.startswith("-")), None)
+    parser, commands = _build(command)
     chosen = commands.get(command) if command is not None else None
     if chosen is not None and chosen.get_default("accepts_extra") and "--" in args_list:
         cut = args_list.index("--")
@@ -64,26 +56,9 @@ def _parse(args_list: list[str]) -> argparse.Namespace:
     else:
         args = parser.parse_args(args_list)
         args.extra = []
-    return args
+    return parser, args
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run `charpin`; return the exit code."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = _parse(args_list)
-        handler: Handler | None = getattr(args, "handler", None)
-        if handler is None:
-            build_parser().print_help(sys.stderr)
-            return EXIT_USAGE
-        return handler(args)
-    except CharpinError as exc:
-        print(f"charpin: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("charpin: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader left (`... | head`): stop quietly, as a killed-by-SIGPIPE process would.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+    return run_main("charpin", _parse, argv)

@@ -22,6 +22,7 @@ EXIT_INTEGRITY = 8
 EXIT_VACUOUS = 16
 EXIT_USAGE = 64
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
 
 
 class CharpinError(Exception):

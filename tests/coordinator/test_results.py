@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from charpin_coordinator.remote import results
-from charpin_runner.runid import check_run_id, new_run_id
 from charpin_coordinator.remote.boxrun import BoxOutcome
 from charpin_coordinator.report import NotEvaluated
 from charpin_runner.errors import UsageError
+from charpin_runner.runid import check_run_id, new_run_id
 
 _FILES = results.ReportFiles(drift_json=b"{}\n", drift_md=b"# drift\n")
 

@@ -107,6 +107,8 @@ def test_tz_dependent_test_fails_on_the_tokyo_box_only(
     }
     receipt = json.loads((folder / "tokyo" / "receipt.json").read_text())
     assert receipt["environment"]["host_key_fingerprint"] == tokyo.fingerprint
+    # The whole pipeline of a box (runner, snapshot, setup, tests, receipt) is one SSH channel.
+    assert json.loads((folder / "tokyo" / "box.json").read_text())["channels"] == 1
     assert not _left_on_box(utc) and not _left_on_box(tokyo)
     assert not utc.session_pids() and not tokyo.session_pids()
 
@@ -288,6 +290,59 @@ def test_sigint_mid_run_cleans_the_box_and_writes_a_partial_report(
     assert interpretations == ["interrupted"] or kinds == ["interrupted"]
     assert not _left_on_box(box)
     assert _wait(lambda: not box.session_pids(), 10)
+
+
+def test_a_coordinator_killed_mid_run_leaves_nothing_running_on_the_box(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    box = sshd_factory(name="orphan", alias="orphan")
+    pid_file = box.root / "test.pid"
+    hang = (
+        "import os, time\ndef test_hang():\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)\n"
+    )
+    repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
+    proc = _spawn(repo, _ssh_config(tmp_path, [box]), "orphan")
+    try:
+        assert _wait(lambda: pid_file.exists() and pid_file.read_text(), 60)
+        proc.kill()  # no Ctrl-C, no goodbye: the channel just ends
+    finally:
+        _reap(proc)
+    # (The pid in the file may be one inside the sandbox's PID namespace: look by folder.)
+    assert _wait(lambda: not _working_in(box.root / ".cache"), 30), _working_in(box.root)
+    assert _wait(lambda: not _left_on_box(box), 30)
+    assert _wait(lambda: not box.session_pids(), 10)
+
+
+def _working_in(folder: Path) -> list[int]:
+    """Processes whose working directory is inside folder (deleted or not)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if entry.name.isdigit() and cwd.startswith(str(folder)):
+            found.append(int(entry.name))
+    return found
+
+
+PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+
+
+@pytest.mark.skipif(not PY39.exists(), reason="no Python 3.9 interpreter on this machine")
+def test_every_box_step_runs_on_python_39(sshd_factory: SshdFactory, tmp_path: Path) -> None:
+    box = sshd_factory(name="old", alias="old")
+    # A 3.9 venv without pytest: the runner runs, pytest cannot start, the receipt says so.
+    toml = f'[tool.charpin]\nsetup = ["true"]\n[tool.charpin.hosts.old]\npython = "{PY39}"\n'
+    repo = make_repo(
+        tmp_path / "repo", {"tests/test_a.py": "def test_a():\n    pass\n", "pyproject.toml": toml}
+    )
+    code, report, folder = _run(repo, _ssh_config(tmp_path, [box]), "old")
+    assert not code & 4 and report["not_evaluated"] == [], report["not_evaluated"]
+    receipt = json.loads((folder / "old" / "receipt.json").read_text())
+    assert receipt["environment"]["python"].startswith("3.9.")
+    assert not _left_on_box(box)
 
 
 def _spawn(repo: Path, config: Path, hosts: str) -> subprocess.Popen[bytes]:

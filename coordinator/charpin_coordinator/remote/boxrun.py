@@ -22,12 +22,11 @@ from charpin_runner.box.launch import GRACE_SECONDS, TERM_WAIT_SECONDS
 from charpin_runner.errors import EXIT_INTERRUPTED, CharpinError, IntegrityError
 from charpin_runner.receipt import Receipt
 
-from charpin_coordinator.receipts import load_receipt
 from charpin_coordinator.redact import Redactor
 from charpin_coordinator.remote import session as sessions
 from charpin_coordinator.remote import snapshot
 from charpin_coordinator.remote.bundle import RunnerBundle
-from charpin_coordinator.remote.errors import BoxError
+from charpin_coordinator.remote.errors import BoxError, last_lines
 from charpin_coordinator.remote.transport import Transport
 from charpin_coordinator.report import NotEvaluated
 
@@ -299,10 +298,9 @@ class _Pipeline:
                 f"killed at the {float(self.target.timeout or self.plan.timeout):.0f}s box "
                 "deadline before it wrote a receipt; raise --timeout or the host's timeout"
             )
-        tail = " | ".join(self.out.stderr.decode("utf-8", "replace").strip().splitlines()[-6:])
         return "runner-failed", (
             f"the runner wrote no receipt (receipt.json {problem}); its stderr: "
-            f"{tail or '(no output)'}"
+            f"{last_lines(self.out.stderr)}"
         )
 
     def _clean(self) -> None:
@@ -345,6 +343,8 @@ def accept_receipt(
     one the agent saw it end with, the bytes are decoded once, strictly, as untrusted input,
     and reconciled with the sealed status; the bytes returned have the coordinator's secrets
     masked, for the run folder."""
+    from charpin_coordinator.receipts import load_receipt  # imported while the boxes ran
+
     source = f"{label}:receipt.json"
     try:
         if not sealed:

@@ -1,7 +1,7 @@
 """Coordinator side. The two built-in boxes: `local` (this working tree, in place) and `clean`.
 
 Both are LocalTransport boxes driven by the same pipeline and agent as an SSH box. `clean` goes
-through shipping exactly like one (bundle, runner.pyz, fresh checkout), with a scrubbed
+through shipping exactly like one (bundle, runner, fresh checkout), with a scrubbed
 environment and a fresh temporary HOME; its cache (runners, repositories, venvs) lives in a
 persistent per-user folder, like an SSH box's `~/.cache/charpin`, so the second run does not
 rebuild its venv. `local` runs `charpin receipt` on the working tree in place, dirty state

@@ -30,9 +30,10 @@ _MAIN = (
 class RunnerBundle:
     """A runner zipapp: its file name on boxes, bytes and sha256."""
 
-    name: str
+    name: str  # its folder on boxes: charpin-runner-<12 hex digits of content>
     data: bytes
-    sha256: str
+    sha256: str  # of data
+    content: str  # sha256 of the package's sorted (path, bytes) pairs, as boxes check it
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,7 +48,7 @@ def build_from(package_dir: Path) -> RunnerBundle:
     content = hashlib.sha256()
     for rel in files:
         content.update(rel.encode() + b"\0" + (package_dir / rel).read_bytes() + b"\0")
-    name = f"charpin-runner-{content.hexdigest()[:12]}.pyz"
+    name = f"charpin-runner-{content.hexdigest()[:12]}"
     with tempfile.TemporaryDirectory(prefix="charpin-pyz-") as tmp:
         staging = Path(tmp) / "src"
         for rel in files:
@@ -57,10 +58,15 @@ def build_from(package_dir: Path) -> RunnerBundle:
         # Our own __main__.py instead of create_archive(main=...), which stamps the current time.
         (staging / "__main__.py").write_text(_MAIN, encoding="utf-8")
         _normalise(staging)
-        out = Path(tmp) / name
+        out = Path(tmp) / f"{name}.pyz"
         zipapp.create_archive(staging, out, interpreter="/usr/bin/env python3", compressed=True)
         data = out.read_bytes()
-    return RunnerBundle(name=name, data=data, sha256=hashlib.sha256(data).hexdigest())
+    return RunnerBundle(
+        name=name,
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        content=content.hexdigest(),
+    )
 
 
 def _package_files(package_dir: Path) -> list[str]:

@@ -25,7 +25,6 @@ from charpin_coordinator.remote.hosts import (
     parse_host_list,
     resolve_hosts,
 )
-from charpin_coordinator.remote.output import emit
 from charpin_coordinator.remote.run import DEFAULT_TIMEOUT, Options, plan, run
 
 DEFAULT_HOSTS = "local,clean"
@@ -140,8 +139,8 @@ def run_remote(args: argparse.Namespace) -> int:
     _warn_local_commit(options.repo, names, args.commit, planned.plan.snap.commit)
     with make_progress(names, quiet=args.quiet or args.json) as progress:
         result = run(planned, phase=progress.phase)
-    for outcome in result.outcomes:
-        outcome.phases = progress.seconds.get(outcome.label, {})
+    from charpin_coordinator.remote.output import emit  # imported while the boxes ran
+
     emit(result, json=args.json, markdown=args.markdown, junit=args.junit)
     return result.exit_code
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from charpin_runner.errors import UsageError
+from charpin_runner.errors import EXIT_CLEAN, UsageError
 
 from charpin_coordinator.remote.demo import build_demo_repo, explain
 from charpin_coordinator.remote.display import make_progress
@@ -29,6 +29,8 @@ from charpin_coordinator.remote.run import Options, RunResult, plan, run
 from charpin_coordinator.report import DriftReport
 
 _HOSTS = "local,clean"
+# The demo's own failure: the drift it planted was not caught (not a bit of the run's bitmask).
+EXIT_DEMO_MISSED = 1
 
 
 def add_parsers(sub: Any) -> None:
@@ -110,8 +112,8 @@ def demo_verdict(caught: list[str], code: int, bits: list[str], *, stale: bool) 
         return code, ""  # the control run: its own exit code is the answer
     shown = "; ".join(bits) or "no bits"
     if caught and code & 2:
-        return 0, f"the run itself exited {code} ({shown}) — that is what it is meant to catch"
-    return 1, (
+        return EXIT_CLEAN, f"the run itself exited {code} ({shown}) — that is what it is meant to catch"
+    return EXIT_DEMO_MISSED, (
         f"charpin-remote demo: the planted stale fixture was NOT caught (the run exited {code}: "
         f"{shown}); the demo failed to demonstrate, please report this with the output above"
     )

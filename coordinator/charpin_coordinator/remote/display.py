@@ -30,16 +30,11 @@ class Progress:
         self._started = {label: time.monotonic() for label in labels}
         self._phase = dict.fromkeys(labels, "waiting")
         self._since = dict(self._started)
-        self.seconds: dict[str, dict[str, float]] = {label: {} for label in labels}
 
     def phase(self, label: str, name: str) -> None:
         """Record that box `label` entered phase `name`."""
         now = time.monotonic()
         with self._lock:
-            old = self._phase.get(label, "waiting")
-            if old not in ("waiting", "done", "not evaluated"):
-                spent = self.seconds.setdefault(label, {})
-                spent[old] = round(spent.get(old, 0.0) + now - self._since[label], 3)
             self._phase[label], self._since[label] = name, now
             self._show(label, name, now - self._started.get(label, now))
 

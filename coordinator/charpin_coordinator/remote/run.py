@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,14 @@ from charpin_coordinator.render import encode_json, render_markdown
 from charpin_coordinator.report import DriftReport, map_strings
 
 DEFAULT_TIMEOUT = 1800.0
+# Needed only once the boxes are done: imported meanwhile, off the critical path.
+_AFTER_THE_RUN = (
+    "charpin_coordinator.receipts",
+    "charpin_coordinator.drift",
+    "charpin_coordinator.render",
+    "charpin_coordinator.remote.junit",
+    "charpin_coordinator.remote.output",
+)
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,7 @@ def plan(options: Options) -> Planned:
     # paramiko and fabric take a few tenths of a second to import: do it while git works.
     ssh_import = None
     if any(name not in BUILTIN_BOXES for name in names):
-        ssh_import = threading.Thread(target=_import_ssh, daemon=True)
+        ssh_import = threading.Thread(target=_import, args=(_SSH,), daemon=True)
         ssh_import.start()
     repo = options.repo
     snap = snapshot.resolve(repo, options.commit)
@@ -123,7 +132,12 @@ def run(planned: Planned, *, phase: Phase | None = None) -> RunResult:
     """Run every box (at most planned.jobs at once), report the drift, write the run folder."""
     shared = planned.plan
     jobs = [Job(target.label, _Bound(target, shared)) for target in planned.targets]
-    fan = run_all(jobs, max_workers=planned.jobs, phase=phase or _quiet)
+    clock = _PhaseClock(phase or _quiet)
+    threading.Thread(target=_import, args=(_AFTER_THE_RUN,), daemon=True).start()
+    fan = run_all(jobs, max_workers=planned.jobs, phase=clock)
+
+    for outcome in fan.outcomes:
+        outcome.phases = clock.seconds.get(outcome.label, {})
     receipts = [(o.label, o.receipt) for o in fan.outcomes if o.receipt is not None]
     missing = [o.not_evaluated for o in fan.outcomes if o.not_evaluated is not None]
     baseline = planned.baseline
@@ -175,6 +189,28 @@ def _target(spec: HostSpec, repo: Path, options: Options) -> BoxTarget:
     )
 
 
+class _PhaseClock:
+    """Seconds each box spent in each phase (kept in box.json), passed on to a display."""
+
+    _ENDS = ("done", "not evaluated")
+
+    def __init__(self, show: Phase):
+        self._show = show
+        self._lock = threading.Lock()
+        self._current: dict[str, tuple[str, float]] = {}
+        self.seconds: dict[str, dict[str, float]] = {}
+
+    def __call__(self, label: str, name: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            old = self._current.get(label)
+            if old is not None and old[0] not in self._ENDS:
+                spent = self.seconds.setdefault(label, {})
+                spent[old[0]] = round(spent.get(old[0], 0.0) + now - old[1], 3)
+            self._current[label] = (name, now)
+        self._show(label, name)
+
+
 class _Bound:
     """run_box for one target and plan, as the fan-out calls it."""
 
@@ -185,8 +221,12 @@ class _Bound:
         return run_box(self.target, self.shared, phase, stop)
 
 
-def _import_ssh() -> None:
-    importlib.import_module("charpin_coordinator.remote.ssh")
+_SSH = ("charpin_coordinator.remote.ssh",)
+
+
+def _import(modules: Sequence[str]) -> None:
+    for name in modules:
+        importlib.import_module(name)
 
 
 def _quiet(label: str, phase: str) -> None:

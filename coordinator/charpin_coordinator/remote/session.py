@@ -1,9 +1,10 @@
 """Coordinator side; stdlib and charpin_runner only. One conversation with one box's agent.
 
 A session is one channel: the bootstrap below starts on the box with `python3 -I -c`, checks
-the interpreter, makes sure the runner zipapp this coordinator carries is in the box's cache
-(asking for its bytes on the same channel when it is not), and replaces itself with the agent
-(`runner.pyz box serve`). From then on every step is one request frame and one reply frame
+the interpreter, makes sure the runner this coordinator carries is in the box's cache (asking for
+the zipapp's bytes on the same channel when it is not, then unpacking and compiling it once into
+a folder named by its content hash), and replaces itself with the agent (`python3 -I -B
+RUNNER box serve`). From then on every step is one request frame and one reply frame
 (charpin_runner.box.wire). While the tests run the session waits on the channel; when the run
 must stop (Ctrl-C) it sends one `stop` frame, and the agent stops the runner and replies.
 
@@ -30,7 +31,7 @@ _WAIT_SLICE = 0.25  # how often a waiting session looks at the stop event
 _FINISH_SECONDS = 10.0
 
 BOOTSTRAP = r"""
-import hashlib, json, os, sys
+import hashlib, json, os, shutil, sys
 def say(**fields):
     fields["size"] = 0
     sys.stdout.write(json.dumps(fields) + "\n")
@@ -40,38 +41,54 @@ if sys.version_info < (3, 9):
         "install it or set python = \"/path/to/python3\" for this host"
         % ((sys.executable,) + tuple(sys.version_info[:2])))
     sys.exit(0)
-home, name, sha, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+home, name, content, sha, size = sys.argv[1:6]
 folder = os.path.join(home or os.path.expanduser("~"), ".cache", "charpin", "runners")
 path = os.path.join(folder, name)
-def digest(where):
-    found = hashlib.sha256()
-    with open(where, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            found.update(block)
+def digest(root):
+    # The runner's content hash, as the coordinator computed it: sorted (path, bytes) pairs of
+    # the package's files, compiled bytecode left out.
+    package, found, names = os.path.join(root, "charpin_runner"), hashlib.sha256(), []
+    for top, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        names += [os.path.relpath(os.path.join(top, f), package) for f in files]
+    for rel in sorted(n.replace(os.sep, "/") for n in names):
+        with open(os.path.join(package, rel), "rb") as handle:
+            found.update(rel.encode() + b"\0" + handle.read() + b"\0")
     return found.hexdigest()
-if os.path.islink(path) or not os.path.isfile(path) or digest(path) != sha:
+if os.path.islink(path) or not os.path.isdir(path) or digest(path) != content:
     say(need=True)
     data = bytearray()
-    while len(data) < size:
-        chunk = os.read(0, size - len(data))
+    while len(data) < int(size):
+        chunk = os.read(0, int(size) - len(data))
         if not chunk:
             sys.exit(3)
         data += chunk
     if hashlib.sha256(data).hexdigest() != sha:
         say(ok=False, kind="runner-failed", error="the runner zipapp arrived corrupted; run again")
         sys.exit(0)
+    import compileall, io, zipfile
     os.makedirs(folder, exist_ok=True)
     part = "%s.part-%d" % (path, os.getpid())
-    with open(part, "wb") as handle:
-        handle.write(data)
-    os.replace(part, path)
-os.execv(sys.executable, [sys.executable, "-I", path, "box", "serve", "--home", home])
+    shutil.rmtree(part, ignore_errors=True)
+    zipfile.ZipFile(io.BytesIO(bytes(data))).extractall(part)
+    # Compiled once here: a zipapp is compiled again by every process that imports it.
+    compileall.compile_dir(part, quiet=2)
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        os.rename(part, path)
+    except OSError:
+        shutil.rmtree(part, ignore_errors=True)  # another run placed it first
+        if digest(path) != content:
+            say(ok=False, kind="runner-failed", error="the runner could not be placed; run again")
+            sys.exit(0)
+os.execv(sys.executable, [sys.executable, "-I", "-B", path, "box", "serve", "--home", home])
 """
 
 
 def shipped_agent(python: str, home: str, runner: RunnerBundle) -> list[str]:
     """The argv that starts the agent on a box through the bootstrap."""
-    return [python, "-I", "-c", BOOTSTRAP, home, runner.name, runner.sha256, str(len(runner.data))]
+    size = str(len(runner.data))
+    return [python, "-I", "-c", BOOTSTRAP, home, runner.name, runner.content, runner.sha256, size]
 
 
 def local_agent(home: str) -> list[str]:

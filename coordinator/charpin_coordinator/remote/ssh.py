@@ -214,6 +214,11 @@ class SshTransport:
         transport = self._conn.client.get_transport()
         # keepalives make a silently dropped network show up as a dead transport
         transport.set_keepalive(KEEPALIVE_SECONDS)
+        if isinstance(transport.sock, socket.socket):
+            # The box protocol is request and reply; paramiko writes a window adjustment and then
+            # our next request, and Nagle would hold the request until the box's delayed ACK
+            # (40 ms on Linux) of the adjustment.
+            transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         key = transport.get_remote_server_key()
         self.host_key_fingerprint = fingerprint(key)
         self.host_key_accepted_new = policy.accepted is not None
@@ -323,7 +328,7 @@ class SshChannel:
                 if not self._owner.alive():
                     break
                 self._drain_stderr()
-                time.sleep(0.02)
+                channel.status_event.wait(min(0.2, max(0.0, ends - time.monotonic())))
             self._drain_stderr()
             if channel.exit_status_ready() and channel.exit_status != -1:
                 status = channel.exit_status

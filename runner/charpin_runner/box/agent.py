@@ -1,7 +1,7 @@
 """The box agent: one process per box and run that answers the coordinator's frames. Runs on
 boxes; stdlib only.
 
-Started by the bootstrap as `python3 -I runner.pyz box serve --home H`, it owns the one channel
+Started by the bootstrap as `python3 -I -B RUNNER box serve --home H`, it owns the one channel
 the coordinator opened: requests arrive on stdin, replies leave on stdout (both framed, see
 wire.py), and nothing else may write there, so fd 1 is moved aside at once. The steps are
 prepare, install, setup, launch (which waits for the runner's end and can be told to stop),
@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from charpin_runner import checkout
 from charpin_runner.box import files, launch, layout, venv, wire
-from charpin_runner.errors import BoxStepError, CharpinError, IntegrityError, UsageError
+from charpin_runner.errors import EXIT_CLEAN, BoxStepError, CharpinError, IntegrityError, UsageError
 
 Reply = tuple[dict[str, Any], bytes]
 
@@ -59,15 +59,15 @@ class Agent:
                 frame = None
             if frame is None:
                 self._abandon()
-                return 0
+                return EXIT_CLEAN
             header, payload = frame
             if header.get("op") == "bye":
                 self._send({"ok": True})
-                return 0
+                return EXIT_CLEAN
             reply, data = self._answer(header, payload)
             if self.gone:
                 self._abandon()
-                return 0
+                return EXIT_CLEAN
             self._send(reply, data)
 
     def _answer(self, header: dict[str, Any], payload: bytes) -> Reply:
@@ -207,4 +207,4 @@ def serve(home: str) -> int:
     try:
         return Agent(home, proto_in, proto_out).serve()
     except BrokenPipeError:
-        return 0  # the coordinator left while we answered
+        return EXIT_CLEAN  # the coordinator left while we answered

@@ -34,11 +34,12 @@ Wake = Callable[[int, float], str]
 
 
 def runner_command(python: str) -> tuple[list[str], Optional[Path]]:
-    """How python starts this very runner: the zipapp the agent runs from (returned too, so the
-    run can protect it), or the importable package (the `local` box, a source checkout)."""
+    """How python starts this very runner: the shipped runner folder the agent runs from
+    (returned too, so the run can protect it), or the importable package (the `local` box)."""
     root = Path(charpin_runner.__file__).resolve().parent.parent
-    if root.is_file():
-        return [python, str(root)], root
+    if (root / "__main__.py").is_file():
+        # -B: the folder was compiled once when it was placed; nothing writes into it later.
+        return [python, "-B", str(root)], root
     return [python, "-m", "charpin_runner"], None
 
 
@@ -46,7 +47,7 @@ def receipt_argv(
     python: str, layout: Layout, request: dict[str, Any], caches: Sequence[Path]
 ) -> list[str]:
     """The one place the runner's command line for a box run is built."""
-    runner, zipapp = runner_command(python)
+    runner, shipped = runner_command(python)
     argv = [
         *runner,
         "receipt",
@@ -69,8 +70,9 @@ def receipt_argv(
         str(request.get("sandbox") or "auto"),
         "-q",
     ]
-    if zipapp is not None:
-        argv += ["--protect", str(zipapp)]
+    if shipped is not None:
+        # Code later runs execute: watched through the run, and removed if anything changed it.
+        argv += ["--disposable", str(shipped)]
     # Caches later runs read: watched through the run, removed by the runner if changed.
     for cache in caches:
         argv += ["--disposable", str(cache)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from charpin_runner.errors import CharpinError
+from charpin_runner.errors import EXIT_DRIFT, CharpinError
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
 from charpin_runner.pins.execute import (
@@ -46,7 +46,7 @@ _MIB = 1024 * 1024
 class UnstableError(CharpinError):
     """A pin gave different bytes under a perturbation; it is refused."""
 
-    exit_code = 2
+    exit_code = EXIT_DRIFT
 
 
 @dataclass(frozen=True)

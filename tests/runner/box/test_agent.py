@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ class Agent:
         )
         assert self.proc.stdout is not None
         out = self.proc.stdout
-        self.reader = wire.Reader(lambda size: out.read1(size))
+        self.reader = wire.Reader(out.read1)
         hello = self.reply()
         assert hello["ok"] and hello["ready"], hello
 
@@ -59,6 +59,28 @@ class Agent:
         self.proc.stdin.close()
         return self.proc.wait(timeout=60)
 
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=60)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+def start(request: pytest.FixtureRequest) -> Callable[[Path], Agent]:
+    """Start agents that are always reaped and their pipes closed after the test."""
+    started: list[Agent] = []
+
+    def factory(home: Path) -> Agent:
+        agent = Agent(home)
+        started.append(agent)
+        return agent
+
+    request.addfinalizer(lambda: [agent.close() for agent in started])
+    return factory
+
 
 def _prepare(agent: Agent, repo: Path) -> dict[str, Any]:
     fields = {"op": "prepare", "run_id": RUN, "folder": "box", "in_place": str(repo)}
@@ -74,8 +96,10 @@ def _run_folder(home: Path) -> Path:
     return home / ".cache" / "charpin" / "runs" / RUN / "box"
 
 
-def test_unknown_steps_and_steps_out_of_order_are_error_replies(tmp_path: Path) -> None:
-    agent = Agent(tmp_path)
+def test_unknown_steps_and_steps_out_of_order_are_error_replies(
+    tmp_path: Path, start: Callable[[Path], Agent]
+) -> None:
+    agent = start(tmp_path)
     assert agent.call({"op": "dance"}) == {
         "ok": False,
         "kind": "runner-failed",
@@ -90,10 +114,12 @@ def test_unknown_steps_and_steps_out_of_order_are_error_replies(tmp_path: Path) 
     assert agent.proc.wait(timeout=30) == 0
 
 
-def test_a_run_in_place_gives_a_sealed_receipt_and_cleans_up(tmp_path: Path) -> None:
+def test_a_run_in_place_gives_a_sealed_receipt_and_cleans_up(
+    tmp_path: Path, start: Callable[[Path], Agent]
+) -> None:
     repo = make_repo(tmp_path / "repo", {"tests/test_a.py": "def test_a():\n    print('hi')\n"})
     home = tmp_path / "home"
-    agent = Agent(home)
+    agent = start(home)
     facts = _prepare(agent, repo)
     assert facts["ok"] and facts["has"] is False and facts["python"] == sys.version.split()[0]
     key = seal.new_key()
@@ -121,7 +147,7 @@ HANG = (
 
 def _hanging(tmp_path: Path) -> tuple[Path, Path, Path]:
     pid_file = tmp_path / "test.pid"
-    config = f'[tool.charpin]\nenv_allow = ["CHARPIN_PID_FILE"]\n'
+    config = '[tool.charpin]\nenv_allow = ["CHARPIN_PID_FILE"]\n'
     repo = make_repo(tmp_path / "repo", {"tests/test_h.py": HANG, "pyproject.toml": config})
     return repo, tmp_path / "home", pid_file
 
@@ -148,11 +174,11 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_stop_request_stops_the_tests_and_the_receipt_says_interrupted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: Callable[[Path], Agent]
 ) -> None:
     repo, home, pid_file = _hanging(tmp_path)
     monkeypatch.setenv("CHARPIN_PID_FILE", str(pid_file))
-    agent = Agent(home)
+    agent = start(home)
     _prepare(agent, repo)
     key = seal.new_key()
     _launch(agent, key)
@@ -161,8 +187,6 @@ def test_a_stop_request_stops_the_tests_and_the_receipt_says_interrupted(
     ended = agent.reply()
     assert (ended["status"], ended["ended"]) == (None, "stopped")
     assert _gone(test_pid)
-    agent.call({"op": "fetch"})
-    sizes = {p["name"]: p["size"] for p in agent.reply.__self__.payload and []} or None
     fetched_parts = agent.call({"op": "fetch"})["parts"]
     sizes = {p["name"]: p["size"] for p in fetched_parts}
     receipt = agent.payload[: sizes["receipt"]]
@@ -173,11 +197,11 @@ def test_a_stop_request_stops_the_tests_and_the_receipt_says_interrupted(
 
 @pytest.mark.slow
 def test_when_the_coordinator_vanishes_the_run_is_stopped_and_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: Callable[[Path], Agent]
 ) -> None:
     repo, home, pid_file = _hanging(tmp_path)
     monkeypatch.setenv("CHARPIN_PID_FILE", str(pid_file))
-    agent = Agent(home)
+    agent = start(home)
     _prepare(agent, repo)
     _launch(agent, seal.new_key())
     test_pid = _wait_for(pid_file)
@@ -187,12 +211,14 @@ def test_when_the_coordinator_vanishes_the_run_is_stopped_and_removed(
 
 
 @pytest.mark.slow
-def test_a_runner_that_ignores_sigterm_is_killed_at_the_agent_deadline(tmp_path: Path) -> None:
+def test_a_runner_that_ignores_sigterm_is_killed_at_the_agent_deadline(
+    tmp_path: Path, start: Callable[[Path], Agent]
+) -> None:
     stubborn = tmp_path / "stubborn-python"
     stubborn.write_text("#!/bin/sh\ntrap '' TERM\nsleep 600 &\nwait $!\nwait $!\n")
     stubborn.chmod(0o755)
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
-    agent = Agent(tmp_path / "home")
+    agent = start(tmp_path / "home")
     fields = {"op": "prepare", "run_id": RUN, "folder": "box", "in_place": str(repo)}
     assert agent.call({**fields, "python": str(stubborn)}, b"{}")["ok"]
     started = time.monotonic()
@@ -203,5 +229,3 @@ def test_a_runner_that_ignores_sigterm_is_killed_at_the_agent_deadline(tmp_path:
     parts = agent.call({"op": "fetch"})["parts"]
     assert parts[0]["problem"] == "missing"
     agent.call({"op": "bye"})
-    os.kill(0, 0)  # this test process survived the group kill
-    _ = signal

@@ -15,7 +15,7 @@ def reader_of(data: bytes, chunk: int = 7) -> wire.Reader:
 
 
 def test_frames_round_trip_with_binary_payloads_split_anywhere() -> None:
-    payload = bytes(range(256)) * 3 + b"\n{\"size\": 1}\n"
+    payload = bytes(range(256)) * 3 + b'\n{"size": 1}\n'
     data = wire.encode({"op": "put", "name": "é\n"}, payload) + wire.encode({"op": "bye"})
     reader = reader_of(data)
     assert reader.read() == ({"op": "put", "name": "é\n", "size": len(payload)}, payload)
@@ -35,7 +35,7 @@ def test_the_header_is_one_ascii_line() -> None:
         (b'{"op": "x"}\n', "without a valid size"),
         (b'{"size": -1}\n', "without a valid size"),
         (b'{"size": true}\n', "without a valid size"),
-        (b'[1, 2]\n', "without a valid size"),
+        (b"[1, 2]\n", "without a valid size"),
         (b'{"size": 10}\nshort', "5 bytes short"),
         (b'{"size": 0', "ended inside a frame header"),
     ],
