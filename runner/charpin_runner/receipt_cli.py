@@ -133,11 +133,15 @@ def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
         protect.append(sys.prefix)
     code = Path(charpin_runner.__file__).resolve().parent
     protect.append(str(code.parent if code.parent.is_file() else code))
+    # A runner folder shipped by charpin-remote (it has __main__.py) runs from byte code
+    # compiled when it was placed: its caches are watched like its sources.
+    shipped = (code.parent,) if (code.parent / "__main__.py").is_file() else ()
     return sandbox.Plan(
         mode=sandbox.check_mode(args.sandbox),
         protect=tuple(dict.fromkeys(protect)),
         disposable=tuple(disposable),
         writable=(str(repo),),
+        strict=tuple(str(p) for p in shipped),
     )
 
 

@@ -40,6 +40,9 @@ class Plan:
     protect: tuple[str, ...] = ()  # read-only in the sandbox; stat-checked after the run
     disposable: tuple[str, ...] = ()  # subset of protect: removed when found changed
     writable: tuple[str, ...] = ()  # stay writable even inside a protected or read-only path
+    # Protected trees whose byte-code caches are watched too: a shipped runner folder is
+    # compiled once when it is placed, so a new or changed .pyc there is a planted one.
+    strict: tuple[str, ...] = ()
 
 
 @dataclass
@@ -86,7 +89,7 @@ def begin(plan: Plan) -> Guard:
             "--sandbox required but bubblewrap is not usable on this box; install it "
             "(apt-get install bubblewrap) or run with --sandbox auto"
         )
-    return Guard(plan=plan, used=used, before=snapshot(plan.protect))
+    return Guard(plan=plan, used=used, before=snapshot(plan.protect, plan.strict))
 
 
 def wrap(guard: Guard, argv: list[str]) -> list[str]:
@@ -94,7 +97,10 @@ def wrap(guard: Guard, argv: list[str]) -> list[str]:
     if not guard.used:
         return argv
     bwrap = shutil.which("bwrap") or "bwrap"
+    # --cap-drop ALL: a test run as root must not keep CAP_SYS_ADMIN and remount a read-only
+    # path writable inside the namespace.
     args = [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
+    args += ["--cap-drop", "ALL"]
     for path in _existing(guard.plan.protect):
         args += ["--ro-bind", path, path]
     # Later mounts win: what must stay writable is bound again over a read-only parent.
@@ -105,7 +111,7 @@ def wrap(guard: Guard, argv: list[str]) -> list[str]:
 
 def finish(guard: Guard) -> list[str]:
     """After the run: one reason per protected path that changed; disposable ones removed."""
-    after = snapshot(guard.plan.protect)
+    after = snapshot(guard.plan.protect, guard.plan.strict)
     changed = [
         root
         for root in guard.plan.protect
@@ -144,10 +150,12 @@ def _first_difference(
     return "changed"
 
 
-def snapshot(roots: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+def snapshot(
+    roots: tuple[str, ...], strict: tuple[str, ...] = ()
+) -> dict[str, tuple[int, ...]]:
     """path -> (inode, mode, size, mtime_ns, ctime_ns) for every entry under roots (no links
-    followed, `__pycache__` folders skipped); a root that does not exist is recorded as
-    missing."""
+    followed, `__pycache__` folders skipped except under the strict roots); a root that does
+    not exist is recorded as missing."""
     out: dict[str, tuple[int, ...]] = {}
     for root in roots:
         if not os.path.lexists(root):
@@ -156,10 +164,12 @@ def snapshot(roots: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
         _add(out, root)
         if not os.path.isdir(root) or os.path.islink(root):
             continue
+        every = root in strict
         for folder, dirs, files in os.walk(root):
             # Interpreters write byte-code caches as they import (the coordinator's own
             # lazy imports on `local`): not evidence. Under bwrap they are read-only anyway.
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            if not every:
+                dirs[:] = [d for d in dirs if d != "__pycache__"]
             for name in dirs + files:
                 _add(out, os.path.join(folder, name))
             if len(out) > _MAX_ENTRIES:
