@@ -20,6 +20,8 @@ from typing import Any, Literal, Optional
 SCHEMA_VERSION = 1
 # The one size limit on a receipt, wherever one is read: a box's reply, a file given to compare.
 MAX_RECEIPT_BYTES = 256 * 1024 * 1024
+# A failing pin's detail in the receipt: enough for a one-cent diff, never a whole output.
+DETAIL_LINES = 40
 
 Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
@@ -153,6 +155,9 @@ class PinResult:
     stderr_sha256: str
     files: dict[str, str]
     failure_class: Optional[str]
+    # For a pin that did not pass: what moved, golden against actual (exit code, unified diffs
+    # of the streams and text files, file set), capped at DETAIL_LINES lines.
+    detail: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from charpin_runner.pins import repoguard
 from charpin_runner.pins.execute import Run, Session, reaping, run_case
 from charpin_runner.pins.model import Observation, Pin
 from charpin_runner.pins.store import load_pins
-from charpin_runner.receipt import PinResult, Pins, PinStatus
+from charpin_runner.receipt import DETAIL_LINES, PinResult, Pins, PinStatus
 
 
 @dataclass(frozen=True)
@@ -190,6 +190,17 @@ def replay_for_receipt(repo: Path, config: CharpinConfig, adopt: bool = False) -
                 stderr_sha256=hashlib.sha256(obs.stderr).hexdigest(),
                 files={path: entry.sha256 for path, entry in sorted(obs.files.items())},
                 failure_class=outcome.failure_class,
+                detail=_detail(outcome, pins_config.diff_lines),
             )
         )
     return Pins(source, True, results)
+
+
+def _detail(outcome: Outcome, cap: int) -> list[str]:
+    """Golden against actual for a pin that did not pass, at most DETAIL_LINES lines."""
+    if outcome.status == "passed":
+        return []
+    golden = outcome.pin.golden
+    if outcome.run.error or golden is None:
+        return [f"error: {outcome.run.error or 'no golden recorded'}"]
+    return cmp.describe(golden, outcome.run.observation, min(cap, DETAIL_LINES))[:DETAIL_LINES]

@@ -26,7 +26,10 @@ def test_repo_with_pins(messy_repo: Path, charpin: Runner) -> None:
     assert rows["inv-usd"].status == "failed"
     assert rows["inv-usd"].failure_class == "exit-code"
     assert rows["inv-usd"].exit_code == 4
+    # What moved travels in the receipt, so `verify` can show it without the box's files.
+    assert rows["inv-usd"].detail[0] == "exit code: golden 3, actual 4"
     assert rows["report"].status == "passed" and rows["report"].failure_class is None
+    assert rows["report"].detail == []
     assert sorted(rows["report"].files) == [
         "regions/north.txt",
         "regions/south.txt",
