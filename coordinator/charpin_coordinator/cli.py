@@ -12,8 +12,9 @@ import argparse
 from charpin_runner import __version__
 from charpin_runner.climain import Parser, run_main
 
-# The commands remote/cli.py registers; `compare` is compare_cli's.
+# The commands remote/cli.py registers; `compare` is compare_cli's, the verify ones verify/cli's.
 _REMOTE = ("run", "hosts", "demo")
+_VERIFY = ("verify", "verify-bundle")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -27,14 +28,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    if command not in _REMOTE:
+    everything = command not in (*_REMOTE, *_VERIFY, "compare")
+    if everything or command == "compare":
         from charpin_coordinator import compare_cli
 
         compare_cli.add_parsers(sub)
-    if command != "compare":
+    if everything or command in _REMOTE:
         from charpin_coordinator.remote import cli as remote_cli
 
         remote_cli.add_parsers(sub)
+    if everything or command in _VERIFY:
+        from charpin_coordinator.verify import cli as verify_cli
+
+        verify_cli.add_parsers(sub)
     return parser
 
 

@@ -204,6 +204,7 @@ class Environment:
     host_key_fingerprint: Optional[str]
     host_key_accepted_new: bool
     # "bwrap" when the test command ran under bubblewrap with the protected paths read-only,
+    # "bwrap-confined" when it also had no network and only its checkout writable (verify),
     # "none" otherwise (added in 0.2; older receipts decode as "none").
     sandbox: str = "none"
 

@@ -66,6 +66,12 @@ def add_parsers(sub: Any) -> None:
         "bwrap works here; the default), required (refuse to run without it), off",
     )
     add(
+        "--confine",
+        action="store_true",
+        help="under bwrap, also: no network, everything read-only but the checkout, a private "
+        "/tmp and HOME (charpin-remote verify runs both sides so)",
+    )
+    add(
         "--protect",
         metavar="PATH",
         action="append",
@@ -142,6 +148,7 @@ def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
         disposable=tuple(disposable),
         writable=(str(repo),),
         strict=tuple(str(p) for p in shipped),
+        confine=bool(args.confine),
     )
 
 

@@ -121,12 +121,18 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
             interpret(ending, run.probe, tuple(reasons)), gitstate.setup_notes(git_before)
         ),
         environment=replace(
-            _environment(request, run.probe), sandbox="bwrap" if guard.used else "none"
+            _environment(request, run.probe), sandbox=_sandbox_name(guard)
         ),
     )
     # Test ids, conftest paths and notes come from the child and may carry undecodable bytes
     # from file names; the receipt must be valid UTF-8 JSON, so they get the paths' escape.
     return cast(Receipt, utf8_safe(receipt))
+
+
+def _sandbox_name(guard: sandbox_mod.Guard) -> str:
+    if not guard.used:
+        return "none"
+    return "bwrap-confined" if guard.plan.confine else "bwrap"
 
 
 def utf8_safe(value: Any) -> Any:
@@ -171,7 +177,7 @@ def _run_tests(
             _startable(argv[0], request.repo, env)
         began = time.monotonic()
         ending = run_child(
-            sandbox_mod.wrap(guard, argv),
+            sandbox_mod.wrap(guard, argv, scratch=tmp),
             request.repo,
             env,
             request.timeout,

@@ -43,6 +43,9 @@ class Plan:
     # Protected trees whose byte-code caches are watched too: a shipped runner folder is
     # compiled once when it is placed, so a new or changed .pyc there is a planted one.
     strict: tuple[str, ...] = ()
+    # Under bwrap: the whole file system read-only but `writable`, a private /tmp and HOME,
+    # and no network (`verify` runs agents' tests so).
+    confine: bool = False
 
 
 @dataclass
@@ -92,19 +95,32 @@ def begin(plan: Plan) -> Guard:
     return Guard(plan=plan, used=used, before=snapshot(plan.protect, plan.strict))
 
 
-def wrap(guard: Guard, argv: list[str]) -> list[str]:
-    """argv run under bwrap with the plan's paths read-only, or argv itself."""
+def wrap(guard: Guard, argv: list[str], scratch: str | None = None) -> list[str]:
+    """argv run under bwrap with the plan's paths read-only, or argv itself. scratch: a folder
+    the test command must be able to write (the probe's record) even when confined."""
     if not guard.used:
         return argv
     bwrap = shutil.which("bwrap") or "bwrap"
+    plan = guard.plan
     # --cap-drop ALL: a test run as root must not keep CAP_SYS_ADMIN and remount a read-only
     # path writable inside the namespace.
-    args = [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
-    args += ["--cap-drop", "ALL"]
-    for path in _existing(guard.plan.protect):
-        args += ["--ro-bind", path, path]
+    common = ["--proc", "/proc", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL"]
+    if plan.confine:
+        # Inside the namespace /tmp is a fresh tmpfs only this run sees: these fixed names
+        # cannot be raced by anyone outside it.
+        private = "/tmp"  # noqa: S108 - a fresh tmpfs inside the namespace, not the host's
+        home = f"{private}/charpin-home"
+        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", private, *common]
+        args += ["--unshare-net", "--dir", home, "--setenv", "HOME", home]
+        args += ["--setenv", "TMPDIR", private]
+        writable = [*plan.writable, *([scratch] if scratch else [])]
+    else:
+        args = [bwrap, "--dev-bind", "/", "/", *common]
+        for path in _existing(plan.protect):
+            args += ["--ro-bind", path, path]
+        writable = list(plan.writable)
     # Later mounts win: what must stay writable is bound again over a read-only parent.
-    for path in _existing(guard.plan.writable):
+    for path in _existing(tuple(writable)):
         args += ["--bind", path, path]
     return [*args, "--", *argv]
 
@@ -150,9 +166,7 @@ def _first_difference(
     return "changed"
 
 
-def snapshot(
-    roots: tuple[str, ...], strict: tuple[str, ...] = ()
-) -> dict[str, tuple[int, ...]]:
+def snapshot(roots: tuple[str, ...], strict: tuple[str, ...] = ()) -> dict[str, tuple[int, ...]]:
     """path -> (inode, mode, size, mtime_ns, ctime_ns) for every entry under roots (no links
     followed, `__pycache__` folders skipped except under the strict roots); a root that does
     not exist is recorded as missing."""

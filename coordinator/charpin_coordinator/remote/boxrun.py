@@ -50,6 +50,8 @@ class RunPlan:
     runner: RunnerBundle
     repo_key: str
     sandbox: str = "auto"  # the runner's --sandbox: auto, required or off
+    patch_sha256: str = ""  # `verify`: the patch this snapshot applies, recorded in receipts
+    confine: bool = False  # `verify`: no network, only the checkout writable (under bwrap)
     # Secrets of the coordinator's environment, masked in all a box gives back (design §8).
     redactor: Redactor = field(default_factory=lambda: Redactor.from_env(os.environ))
 
@@ -252,6 +254,8 @@ class _Pipeline:
             "timeout": seconds,
             "sandbox": self.plan.sandbox,
             "snapshot_sha256": sha or "",
+            "patch_sha256": self.plan.patch_sha256,
+            "confine": self.plan.confine,
             "host_key_fingerprint": self.box.host_key_fingerprint or "",
             "host_key_accepted_new": self.box.host_key_accepted_new,
             # Values travel in the frame, never in argv (ps, /proc/PID/cmdline on the box).

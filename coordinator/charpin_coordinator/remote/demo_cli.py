@@ -57,6 +57,9 @@ def add_parsers(sub: Any) -> None:
     )
     # Builds the example without the stale fixture: the control run, used by the tests.
     parser.add_argument("--no-stale", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-verify", action="store_true", help="skip the second act (an agent's patch verified)"
+    )
     parser.set_defaults(handler=run_demo)
 
 
@@ -82,6 +85,8 @@ def run_demo(args: argparse.Namespace) -> int:
         lines = explain(report, receipts)
         _print_explanation(lines, report)
         result, verdict = demo_verdict(lines, code, report.exit_bits, stale=bool(demo.stale))
+        if demo.stale and not args.no_verify:
+            result = max(result, _act_two(demo.path, run_id))
         if args.keep:
             print(f"kept the example repository: {demo.path}")
             if demo.stale:
@@ -95,6 +100,58 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+# Act two: the change an agent proposes to "round the way the bank does"; one cent moves.
+AGENT_PATCH_OLD = "rounding=rounding)"
+AGENT_PATCH_NEW = "rounding=ROUND_DOWN)"
+
+
+def _act_two(repo: Path, run_id: str) -> int:
+    """Verify an agent's patch on the clean box: base against patched, the verdict explained.
+    Returns 0 when the patch is rejected for the behaviour it changes, else EXIT_DEMO_MISSED."""
+    from charpin_coordinator.verify.pipeline import VerifyOptions, verify
+    from charpin_coordinator.verify.render import render_text
+
+    patch = demo_patch(repo)
+    print()
+    print("Act two: an agent proposes a patch (the rounding of export_invoices.gross).")
+    print("  running: charpin-remote verify --patch agent.diff --hosts clean", flush=True)
+    with make_progress(["clean"]) as progress:
+        result = verify(
+            VerifyOptions(repo=repo, patch=patch, run_id=f"{run_id}-verify"), phase=progress.phase
+        )
+    report = result.report
+    sys.stdout.write(render_text(report))
+    moved = [o for o in report.observations if o.gate == "Behaviour"]
+    if report.verdict == "REJECT" and moved:
+        first = moved[0]
+        print(
+            f"What verify caught: pin {first.item} drifted ({first.what}) on the same box where "
+            f"the base was green; {first.action}."
+        )
+        return EXIT_CLEAN
+    print(
+        f"charpin-remote demo: the agent's rounding change was NOT rejected for its behaviour "
+        f"(verdict {report.verdict}); the demo failed to demonstrate, please report this"
+    )
+    return EXIT_DEMO_MISSED
+
+
+def demo_patch(repo: Path) -> bytes:
+    """The agent's patch for act two, as `git diff` prints it (the repository is not touched)."""
+    source = (repo / "export_invoices.py").read_text(encoding="utf-8")
+    patched = source.replace(AGENT_PATCH_OLD, AGENT_PATCH_NEW, 1).replace(
+        "from decimal import ", "from decimal import ROUND_DOWN, ", 1
+    )
+    before = source.splitlines(keepends=True)
+    after = patched.splitlines(keepends=True)
+    import difflib
+
+    body = "".join(
+        difflib.unified_diff(before, after, "a/export_invoices.py", "b/export_invoices.py")
+    )
+    return f"diff --git a/export_invoices.py b/export_invoices.py\n{body}".encode()
 
 
 def _require_pytest() -> None:

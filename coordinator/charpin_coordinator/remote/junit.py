@@ -10,20 +10,44 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from typing import Protocol
 
-from charpin_coordinator.report import DriftReport, GateResult
+from charpin_coordinator.report import DriftReport, NotEvaluated
 
 # XML 1.0 cannot carry most control characters, even escaped; receipts may contain anything.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
+class GateRow(Protocol):
+    """A gate result of any report (drift or verify)."""
+
+    @property
+    def gate(self) -> str: ...
+    @property
+    def box(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+
+
 def to_junit(report: DriftReport) -> bytes:
     """Return the report as a JUnit XML document (UTF-8, with declaration)."""
-    root = ET.Element("testsuites", name="charpin-remote")
     labels = [box.label for box in report.boxes]
+    return gates_junit(labels, report.gates, report.not_evaluated)
+
+
+def gates_junit(
+    labels: Sequence[str], gates: Sequence[GateRow], not_evaluated: Sequence[NotEvaluated]
+) -> bytes:
+    """One suite per label holding its gates, one error case per box not evaluated."""
+    root = ET.Element("testsuites", name="charpin-remote")
     for label in labels:
-        _suite(root, label, [g for g in report.gates if g.box == label])
-    for missing in report.not_evaluated:
+        _suite(root, label, [g for g in gates if g.box == label])
+    for missing in not_evaluated:
         suite = _suite(root, missing.label, [])
         case = ET.SubElement(
             suite, "testcase", classname=_classname(missing.label), name="evaluated"
@@ -43,7 +67,7 @@ def to_junit(report: DriftReport) -> bytes:
     return data + b"\n"
 
 
-def _suite(root: ET.Element, label: str, gates: list[GateResult]) -> ET.Element:
+def _suite(root: ET.Element, label: str, gates: Sequence[GateRow]) -> ET.Element:
     suite = ET.SubElement(root, "testsuite", name=_clean(f"charpin.{label}"))
     for gate in gates:
         case = ET.SubElement(suite, "testcase", classname=_classname(label), name=_clean(gate.gate))

@@ -63,6 +63,10 @@ class Options:
     sandbox: str = "auto"
     baseline: str | None = None
     jobs: int = 4
+    # `verify`: [tool.charpin] is read at this commit (the base), whatever commit runs.
+    config_rev: str | None = None
+    patch_sha256: str = ""
+    confine: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ def plan(options: Options) -> Planned:
         ssh_import.start()
     repo = options.repo
     snap = snapshot.resolve(repo, options.commit)
-    loaded = load_config(repo, rev=snap.commit)
+    loaded = load_config(repo, rev=options.config_rev or snap.commit)
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     out_dir = (options.out_dir or repo / ".charpin" / "runs").absolute()
     if (out_dir / run_id).exists():
@@ -118,6 +122,8 @@ def plan(options: Options) -> Planned:
         runner=runner_bundle(),
         repo_key=snapshot.repo_key(repo),
         sandbox=options.sandbox,
+        patch_sha256=options.patch_sha256,
+        confine=options.confine,
     )
     if ssh_import is not None:
         ssh_import.join()

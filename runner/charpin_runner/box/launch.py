@@ -78,6 +78,10 @@ def receipt_argv(
         argv += ["--disposable", str(cache)]
     if request.get("snapshot_sha256"):
         argv += ["--snapshot-sha256", str(request["snapshot_sha256"])]
+    if request.get("confine"):
+        argv.append("--confine")
+    if request.get("patch_sha256"):
+        argv += ["--patch-sha256", str(request["patch_sha256"])]
     if request.get("host_key_fingerprint"):
         argv += ["--host-key-fingerprint", str(request["host_key_fingerprint"])]
         if request.get("host_key_accepted_new"):

@@ -1,0 +1,221 @@
+"""CLI glue for `charpin-remote verify` and `verify-bundle`. Coordinator side; prints and picks
+the exit code (0 ACCEPT; REJECT sets bit 2; see verify/pipeline.py for the rest)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from charpin_runner.errors import EXIT_CLEAN, UsageError
+
+from charpin_coordinator.gitcmd import toplevel
+from charpin_coordinator.remote.hosts import parse_host_list
+
+MAX_PATCH_BYTES = 64 * 1024 * 1024
+
+
+def add_parsers(sub: Any) -> None:
+    """Register `verify` and `verify-bundle`."""
+    verify = sub.add_parser(
+        "verify",
+        help="judge a patch: run base and base+patch on every box and gate the difference",
+        description="Apply the patch to the base commit (never to your working tree), run both "
+        "commits on every box with the base's configuration, and judge: ACCEPT (exit 0), REJECT "
+        "(bit 2) or INCOMPLETE (bit 16, or 4 when a box was not evaluated).",
+    )
+    add = verify.add_argument
+    given = verify.add_mutually_exclusive_group()
+    given.add_argument(
+        "--patch", metavar="FILE", help="the patch: a diff or format-patch file, - for stdin"
+    )
+    given.add_argument("--patched", metavar="REV", help="or the agent's branch or commit")
+    add("--base", metavar="REV", help="the base (default: a format-patch's base-commit, else HEAD)")
+    add("--hosts", default="clean", metavar="A,B", help="boxes (default clean; not local)")
+    add(
+        "--max-changed",
+        type=int,
+        default=1,
+        metavar="N",
+        help="functions a patch may change (default 1)",
+    )
+    add("--json", action="store_true", help="print the verify report as JSON")
+    add("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown")
+    add("--junit", type=Path, metavar="FILE", help="also write JUnit XML")
+    add(
+        "--bundle",
+        type=Path,
+        metavar="FILE",
+        help="write the evidence bundle (patch, receipts, verdict)",
+    )
+    add(
+        "--sign", type=Path, metavar="KEY", help="sign the bundle with this SSH key (ssh-keygen -Y)"
+    )
+    add("--ssh-config", type=Path, metavar="FILE", help="ssh_config to read (like ssh -F)")
+    add("--timeout", type=float, metavar="S", help="per-box deadline in seconds, for each run")
+    add("--keep", action="store_true", help="keep remote run folders")
+    add("--accept-new", action="store_true", help="trust unknown host keys (recorded in receipts)")
+    add(
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        default="auto",
+        help="bubblewrap for the tests (default auto)",
+    )
+    add("--jobs", type=int, default=4, metavar="N", help="boxes at once (default 4)")
+    add("--repo", type=Path, metavar="DIR", help="repository (default: git toplevel of cwd)")
+    add("--run-id", metavar="ID", help="verify id (default: UTC time plus 6 hex digits)")
+    add(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="verify folders go here (default <repo>/.charpin/verify)",
+    )
+    add("--quiet", "-q", action="store_true", help="no progress display")
+    verify.set_defaults(handler=run_verify)
+    check = sub.add_parser(
+        "verify-bundle",
+        help="re-check an evidence bundle's hashes, bindings and signature; print its verdict",
+        description="Exit 0 when the bundle checks (its verdict is printed, whatever it is), 8 when "
+        "it is refused, 64 on usage errors.",
+    )
+    check.add_argument("bundle", type=Path, metavar="FILE")
+    check.add_argument(
+        "--allowed-signers", type=Path, metavar="FILE", help="require a signature by one of these"
+    )
+    check.add_argument("--json", action="store_true", help="print the bundle's verify report")
+    check.set_defaults(handler=run_verify_bundle)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Handle `charpin-remote verify`."""
+    from charpin_coordinator.remote.display import make_progress
+    from charpin_coordinator.verify.pipeline import VerifyOptions, encode, verify
+    from charpin_coordinator.verify.render import render_junit, render_markdown, render_text
+
+    if args.max_changed < 0:
+        raise UsageError(f"--max-changed {args.max_changed} must be 0 or more")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs} must be at least 1; e.g. --jobs 4")
+    if args.sign and not args.bundle:
+        raise UsageError("--sign signs the evidence bundle: pass --bundle FILE too")
+    repo = _toplevel(args.repo)
+    names = parse_host_list(args.hosts)
+    options = VerifyOptions(
+        repo=repo,
+        hosts=names,
+        patch=_read_patch(args.patch) if args.patch else None,
+        patched_rev=args.patched,
+        base_rev=args.base,
+        max_changed=args.max_changed,
+        ssh_config=args.ssh_config,
+        run_id=args.run_id,
+        out_dir=args.out,
+        timeout=args.timeout,
+        keep=args.keep,
+        accept_new=args.accept_new,
+        sandbox=args.sandbox,
+        jobs=args.jobs,
+    )
+    with make_progress(names, quiet=args.quiet or args.json) as progress:
+        result = verify(options, phase=progress.phase)
+    report = result.report
+    if args.markdown:
+        _write(args.markdown, render_markdown(report).encode())
+    if args.junit:
+        _write(args.junit, render_junit(report))
+    if args.bundle:
+        _bundle(args.bundle, result, args.sign)
+    if args.json:
+        sys.stdout.buffer.write(encode(report))
+    else:
+        sys.stdout.write(render_text(report))
+        sys.stdout.write(f"verify folder: {_shown(result.folder)}\n")
+    sys.stdout.flush()
+    return result.exit_code
+
+
+def run_verify_bundle(args: argparse.Namespace) -> int:
+    """Handle `charpin-remote verify-bundle`: refuse (exit 8) or print the verdict (exit 0)."""
+    from charpin_coordinator.verify.bundle import read_bundle
+
+    checked = read_bundle(args.bundle, allowed_signers=args.allowed_signers)
+    if args.json:
+        sys.stdout.buffer.write(checked.verdict)
+        return EXIT_CLEAN
+    manifest = checked.manifest
+    signer = f"signed by {checked.signer}" if checked.signer else "signature not checked"
+    if not args.allowed_signers and "manifest.json.sig" not in manifest.get("files", {}):
+        signer = "unsigned"
+    print(
+        f"{args.bundle}: checks · {checked.outcome} · base {str(manifest.get('base'))[:12]} · "
+        f"patched {str(manifest.get('patched'))[:12]} · {signer}"
+    )
+    return EXIT_CLEAN
+
+
+def _bundle(path: Path, result: Any, sign: Path | None) -> None:
+    from charpin_coordinator.verify.bundle import Evidence, write_bundle
+    from charpin_coordinator.verify.pipeline import encode
+
+    receipts: dict[str, tuple[bytes, bytes]] = {}
+    base = {o.label: o.raw_receipt for o in result.base_run.outcomes}
+    for outcome in result.patched_run.outcomes:
+        before, after = base.get(outcome.label), outcome.raw_receipt
+        if before is not None and after is not None and outcome.receipt is not None:
+            receipts[outcome.label] = (before, after)
+    evidence = Evidence(
+        base=result.patched.base,
+        patched=result.report.patched,
+        patch=result.patched.patch,
+        receipts=receipts,
+        verdict=encode(result.report),
+        outcome=result.report.verdict,
+    )
+    write_bundle(path, evidence, sign_key=sign)
+
+
+def _read_patch(value: str) -> bytes:
+    if value == "-":
+        data = sys.stdin.buffer.read(MAX_PATCH_BYTES + 1)
+    else:
+        try:
+            with open(value, "rb") as handle:
+                data = handle.read(MAX_PATCH_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read --patch {value}: {exc.strerror}; pass a patch file or -"
+            ) from exc
+    if len(data) > MAX_PATCH_BYTES:
+        raise UsageError(
+            f"--patch {value} is over {MAX_PATCH_BYTES} bytes; that is not a reviewable patch"
+        )
+    return data
+
+
+def _toplevel(repo: Path | None) -> Path:
+    where = (repo or Path.cwd()).absolute()
+    top = toplevel(where)
+    if top is None:
+        raise UsageError(f"{where} is not inside a git repository; pass --repo DIR")
+    return top
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}; pass a writable path") from exc
+
+
+def _shown(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+__all__ = ["add_parsers"]

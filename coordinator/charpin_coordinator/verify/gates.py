@@ -1,0 +1,240 @@
+"""Coordinator side; pure (data in, data out). The verify gates: base against patched per box,
+and what the patch itself changes (judged once, from the two commits).
+
+Each gate is PASS, FAIL or INCOMPLETE with the action to take; each failing observation carries
+the seeds' decision-table line for its kind of drift. A box whose base run is not green judges
+nothing about its patched run (Base health INCOMPLETE, the box's other gates INCOMPLETE too);
+the gates about the patch itself still count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from charpin_runner.receipt import PinResult, Receipt
+
+from charpin_coordinator.report import GateStatus
+from charpin_coordinator.verify.report import (
+    WHOLE_PATCH,
+    Observation,
+    Verdict,
+    VerifyGate,
+    VerifyGateName,
+)
+
+# The seeds' decision table: what a reviewer does about each kind of pin drift.
+PIN_ACTIONS = {
+    "exit-code": "exit code drift: stop and inspect the traceback",
+    "stdout": "stdout drift: stop, unless changing the output format was the goal",
+    "whitespace": "stdout/stderr whitespace drift: stop, unless the format was the goal",
+    "stderr": "stderr drift: a contract unless documented; stop",
+    "file-content": "output file drift: compare the text; a one-cent drift is a failed extract",
+    "file-set": "output files appeared or vanished: stop and inspect what the program writes",
+    "file-mode": "output file modes changed: stop and inspect",
+    "env-read": "the program reads other environment keys now: it depends on new input",
+    "normalisation-count": "a normalised value moved: compare the raw outputs",
+    "write-outside-output": "the program writes outside its output folder now: stop",
+    "timeout": "the pin timed out on the patched code: inspect what now hangs",
+    "output-limit": "the output grew past the limit: inspect what now floods",
+    "error": "the pin could not run on the patched code: inspect the error",
+}
+GATE_ACTIONS: dict[VerifyGateName, str] = {
+    "Base health": "make the base green first (or verify against a --base whose run is green)",
+    "Protected paths": "reject: a patch must not change what gates it; send the change separately",
+    "Behaviour": "reject, or re-record the pins in a separate, reviewed change",
+    "Tests": "reject: restore the tests, or make the failing ones pass",
+    "Quarantine": "reject: the patch must not take tests out of the run",
+    "Entry points": "review the new entry point or environment read; it widens what runs",
+    "Dependencies": "review the dependency change on its own",
+    "Scope": "split the patch: one function body (or an extract from it) per change",
+}
+_RED = ("failed", "error")
+_COMPLETE = ("ok", "failed")
+
+
+@dataclass(frozen=True)
+class PatchFacts:
+    """What the two commits say, judged on this machine."""
+
+    protected: list[str] = field(default_factory=list)  # protected paths the patch touches
+    entry_points: list[str] = field(default_factory=list)
+    dependencies: list[str] = field(default_factory=list)
+    scope: list[str] = field(default_factory=list)  # changed functions, file:qualname
+    helpers: list[str] = field(default_factory=list)
+    max_changed: int = 1
+
+
+Judged = tuple[list[VerifyGate], list[Observation]]
+
+
+def patch_gates(facts: PatchFacts) -> Judged:
+    """The gates about the patch itself, once for every box."""
+    gates: list[VerifyGate] = []
+    seen: list[Observation] = []
+    listed: list[tuple[VerifyGateName, list[str], str, str]] = [
+        ("Protected paths", facts.protected, "touched", "the patch touches no protected path"),
+        (
+            "Entry points",
+            facts.entry_points,
+            "moved",
+            "the same entry points, reading the same keys",
+        ),
+        ("Dependencies", facts.dependencies, "changed", "no dependency declaration changed"),
+    ]
+    for gate, items, verb, clean in listed:
+        if items:
+            gates.append(_gate(gate, WHOLE_PATCH, "FAIL", f"{verb}: {_few(items)}"))
+            seen += [_seen(gate, WHOLE_PATCH, item, verb, GATE_ACTIONS[gate]) for item in items]
+        else:
+            gates.append(_gate(gate, WHOLE_PATCH, "PASS", clean))
+    count = len(facts.scope)
+    extract = f" (+{len(facts.helpers)} extracted helper(s))" if facts.helpers else ""
+    if count > facts.max_changed:
+        detail = f"{count} functions changed, more than --max-changed {facts.max_changed}"
+        gates.append(_gate("Scope", WHOLE_PATCH, "FAIL", f"{detail}: {_few(facts.scope)}"))
+        seen += [
+            _seen("Scope", WHOLE_PATCH, item, "changed", GATE_ACTIONS["Scope"])
+            for item in facts.scope
+        ]
+    else:
+        gates.append(_gate("Scope", WHOLE_PATCH, "PASS", f"{count} function(s) changed{extract}"))
+    return gates, seen
+
+
+def box_gates(
+    label: str, base: Receipt, patched: Receipt, run_gates: Sequence[tuple[str, str]] = ()
+) -> Judged:
+    """Base against patched on one box. run_gates: the drift gates (Clean tree, Fixture
+    integrity, ...) that failed on the patched run but not on the base run, with their detail:
+    what the patched tests did to the box counts against the patch."""
+    health = _base_health(base)
+    if health is not None:
+        rest = "not judged: " + health
+        gates = [_gate("Base health", label, "INCOMPLETE", health)]
+        gates += [_gate(g, label, "INCOMPLETE", rest) for g in ("Behaviour", "Tests", "Quarantine")]
+        return gates, []
+    gates = [_gate("Base health", label, "PASS", f"base ok: {_passed(base)} passed")]
+    seen: list[Observation] = []
+    for rule in (_behaviour, _tests, _quarantine):
+        gate, found = rule(label, base, patched)
+        if rule is _tests and run_gates:
+            found += [
+                _seen(
+                    "Tests",
+                    label,
+                    name,
+                    f"the patched run failed its {name} gate: {detail}",
+                    GATE_ACTIONS["Tests"],
+                )
+                for name, detail in run_gates
+            ]
+            gate = _gate("Tests", label, "FAIL", _few([f"{o.item}: {o.what}" for o in found]))
+        gates.append(gate)
+        seen += found
+    return gates, seen
+
+
+def verdict(gates: Sequence[VerifyGate], evaluated: int) -> Verdict:
+    """ACCEPT: every gate PASS on at least one evaluated box; REJECT: any FAIL; else INCOMPLETE."""
+    if any(g.status == "FAIL" for g in gates):
+        return "REJECT"
+    if evaluated == 0 or any(g.status == "INCOMPLETE" for g in gates):
+        return "INCOMPLETE"
+    return "ACCEPT"
+
+
+def _base_health(base: Receipt) -> str | None:
+    """Why the base run cannot serve as the reference, or None when it can."""
+    interpretation = base.exit.interpretation
+    if interpretation != "ok":
+        return f"the base run is {interpretation}; a patch cannot be judged against a red base"
+    red = [r.id for r in base.pins.results if r.status != "passed"]
+    if red:
+        return f"pin(s) already red on base: {_few(red)}"
+    return None
+
+
+def _behaviour(label: str, base: Receipt, patched: Receipt) -> tuple[VerifyGate, list[Observation]]:
+    before = {r.id: r for r in base.pins.results}
+    after = {r.id: r for r in patched.pins.results}
+    seen: list[Observation] = []
+    if set(before) != set(after):
+        added, removed = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+        what = f"the pin set differs: added {_few(added)}, removed {_few(removed)}"
+        seen.append(_seen("Behaviour", label, "<pins>", what, GATE_ACTIONS["Behaviour"]))
+    for pin_id in sorted(set(before) & set(after)):
+        result = after[pin_id]
+        if result.status != "passed":
+            seen.append(_pin_drift(label, result))
+    if seen:
+        ids = [o.item for o in seen]
+        return _gate(
+            "Behaviour", label, "FAIL", f"green on base, red on patched: {_few(ids)}"
+        ), seen
+    if not before:
+        return _gate("Behaviour", label, "PASS", "no pins declared"), []
+    return _gate("Behaviour", label, "PASS", f"{len(after)} pin(s) byte for byte as on base"), []
+
+
+def _pin_drift(label: str, result: PinResult) -> Observation:
+    kind = result.failure_class or "error"
+    action = PIN_ACTIONS.get(kind, PIN_ACTIONS["error"])
+    what = f"{result.status} ({kind})"
+    return Observation(
+        gate="Behaviour", box=label, item=result.id, what=what, action=action, detail=result.detail
+    )
+
+
+def _tests(label: str, base: Receipt, patched: Receipt) -> tuple[VerifyGate, list[Observation]]:
+    seen: list[Observation] = []
+    action = GATE_ACTIONS["Tests"]
+    if patched.exit.interpretation not in _COMPLETE:
+        what = f"the patched run is {patched.exit.interpretation}"
+        seen.append(_seen("Tests", label, "<run>", what, "the evidence is incomplete: reject"))
+    gone = sorted(set(base.collection.collected) - set(patched.collection.collected))
+    seen += [_seen("Tests", label, t, "collected on base, gone on patched", action) for t in gone]
+    for test in sorted(patched.outcomes):
+        now, was = patched.outcomes[test], base.outcomes.get(test)
+        if now not in _RED:
+            continue
+        if was == "passed":
+            seen.append(_seen("Tests", label, test, f"passed on base, {now} on patched", action))
+        elif was is None:
+            seen.append(_seen("Tests", label, test, f"new test, {now}", action))
+    if seen:
+        return _gate("Tests", label, "FAIL", _few([f"{o.item}: {o.what}" for o in seen])), seen
+    added = len(set(patched.collection.collected) - set(base.collection.collected))
+    more = f", {added} new" if added else ""
+    return _gate("Tests", label, "PASS", f"{_passed(patched)} passed{more}; none lost"), []
+
+
+def _quarantine(
+    label: str, base: Receipt, patched: Receipt
+) -> tuple[VerifyGate, list[Observation]]:
+    before = set(base.quarantine.frozen) | {d.nodeid for d in base.collection.deselected}
+    after = set(patched.quarantine.frozen) | {d.nodeid for d in patched.collection.deselected}
+    extra = sorted(after - before)
+    if not extra:
+        return _gate("Quarantine", label, "PASS", "nothing frozen or deselected beyond base"), []
+    action = GATE_ACTIONS["Quarantine"]
+    seen = [_seen("Quarantine", label, t, "out of the run on patched only", action) for t in extra]
+    return _gate("Quarantine", label, "FAIL", f"taken out on patched: {_few(extra)}"), seen
+
+
+def _passed(receipt: Receipt) -> int:
+    return sum(1 for outcome in receipt.outcomes.values() if outcome == "passed")
+
+
+def _gate(gate: VerifyGateName, box: str, status: GateStatus, detail: str) -> VerifyGate:
+    action = "" if status == "PASS" else GATE_ACTIONS[gate]
+    return VerifyGate(gate=gate, box=box, status=status, detail=detail, action=action)
+
+
+def _seen(gate: VerifyGateName, box: str, item: str, what: str, action: str) -> Observation:
+    return Observation(gate=gate, box=box, item=item, what=what, action=action, detail=[])
+
+
+def _few(items: Sequence[str], shown: int = 5) -> str:
+    head = ", ".join(items[:shown])
+    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")

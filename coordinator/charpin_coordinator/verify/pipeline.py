@@ -1,0 +1,296 @@
+"""Coordinator side. `verify` as one call: the patch made a commit, both commits run on every box,
+the gates judged, the verify folder written.
+
+    patch or --patched REV ─▶ Patched(base, patched)          (verify/patch.py)
+    [tool.charpin] of base ─▶ protected paths ─▶ the commit that runs: patched, with every
+        protected path exactly as on base (nothing in the patch changes what gates it)
+    static analyses of base and patched                      (verify/static.py)
+    remote.run: base on every box, then that commit, both with base's config
+    verify/gates.py ─▶ VerifyReport ─▶ .charpin/verify/<id>/ (base/, patched/, verify.json)
+
+Prints nothing; the CLI (verify/cli.py) and the demo show the VerifyResult.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from charpin_runner.config import CharpinConfig
+from charpin_runner.errors import (
+    EXIT_DRIFT,
+    EXIT_INTEGRITY,
+    EXIT_NOT_EVALUATED,
+    EXIT_VACUOUS,
+    ConfigError,
+    UsageError,
+)
+from charpin_runner.receipt import write_atomic
+from charpin_runner.runid import check_run_id, new_run_id
+
+from charpin_coordinator.config import load_config
+from charpin_coordinator.gitcmd import git_bytes
+from charpin_coordinator.remote.boxrun import Phase
+from charpin_coordinator.remote.run import Options, RunResult, plan, run
+from charpin_coordinator.report import NotEvaluated
+from charpin_coordinator.verify import gates, patch, static
+from charpin_coordinator.verify.report import (
+    VERIFY_REPORT_VERSION,
+    WHOLE_PATCH,
+    BoxVerdict,
+    Observation,
+    VerifyGate,
+    VerifyReport,
+)
+
+DEFAULT_HOSTS = "clean"
+# Bits of the verdict in the exit code (design §6): REJECT is "a gate blocked".
+_REFUSED = ("receipt-refused", "snapshot-integrity")
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What the reviewer asked for."""
+
+    repo: Path
+    hosts: Sequence[str] = (DEFAULT_HOSTS,)
+    patch: bytes | None = None  # the patch's bytes (--patch FILE or -)
+    patched_rev: str | None = None  # or an agent's branch or commit (--patched REV)
+    base_rev: str | None = None
+    max_changed: int = 1
+    ssh_config: Path | None = None
+    run_id: str | None = None
+    out_dir: Path | None = None  # default <repo>/.charpin/verify
+    timeout: float | None = None
+    keep: bool = False
+    accept_new: bool = False
+    sandbox: str = "auto"
+    jobs: int = 4
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What one verify produced; its folder is written."""
+
+    report: VerifyReport
+    patched: patch.Patched
+    base_run: RunResult
+    patched_run: RunResult
+    folder: Path
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code | (EXIT_NOT_EVALUATED if self.interrupted else 0)
+
+
+def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResult:
+    """Make the patched commit, run base and patched on every box, judge, write the folder."""
+    if "local" in options.hosts:
+        raise UsageError(
+            "verify runs commits, and `local` runs the working tree as it is: use --hosts clean "
+            "or SSH hosts"
+        )
+    repo = options.repo
+    made = _patched(options)
+    base_config = load_config(repo, rev=made.base)
+    protected_paths = protected(base_config.charpin)
+    runs = patch.restore_from_base(repo, made, protected_paths)
+    facts = _facts(repo, made, base_config.table, protected_paths, options.max_changed)
+    run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
+    folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
+    if folder.exists():
+        raise UsageError(f"{folder} already exists; pick another --run-id")
+    base_options = Options(
+        repo=repo,
+        hosts=list(options.hosts),
+        commit=made.base,
+        ssh_config=options.ssh_config,
+        run_id="base",
+        out_dir=folder,
+        timeout=options.timeout,
+        keep=options.keep,
+        accept_new=options.accept_new,
+        sandbox=options.sandbox,
+        jobs=options.jobs,
+        config_rev=made.base,
+        # Base and patched alike: the agent's tests get no network and nothing but their
+        # checkout to write, and the base is measured the same way.
+        confine=True,
+    )
+    base_run = run(plan(base_options), phase=phase)
+    patched_options = replace(
+        base_options, commit=runs, run_id="patched", patch_sha256=made.patch_sha256
+    )
+    patched_run = run(plan(patched_options), phase=phase)
+    report = judge(made, base_run, patched_run, facts)
+    write_atomic(folder / "patch.diff", made.patch)
+    write_atomic(folder / "verify.json", encode(report))
+    interrupted = base_run.interrupted or patched_run.interrupted
+    return VerifyResult(report, made, base_run, patched_run, folder, interrupted)
+
+
+def protected(config: CharpinConfig) -> list[str]:
+    """The paths that decide what is gated and how, as the base's [tool.charpin] names them."""
+    pins = config.pins
+    paths = [pins.file, pins.cases, pins.goldens, config.ledger, config.inventory, ".charpin"]
+    return sorted(dict.fromkeys(p.strip("/") for p in [*paths, *config.watch] if p.strip("/")))
+
+
+def touched(changed: Sequence[str], paths: Sequence[str]) -> list[str]:
+    """The changed paths that are protected (a path, or anything under a protected folder)."""
+    return [c for c in changed if any(c == p or c.startswith(p + "/") for p in paths)]
+
+
+def judge(
+    made: patch.Patched, base_run: RunResult, patched_run: RunResult, facts: gates.PatchFacts
+) -> VerifyReport:
+    """The verify report from both runs and the facts about the patch."""
+    base = {o.label: o.receipt for o in base_run.outcomes if o.receipt is not None}
+    after = {o.label: o.receipt for o in patched_run.outcomes if o.receipt is not None}
+    missing = _not_evaluated(base_run, patched_run)
+    found, seen = gates.patch_gates(facts)
+    boxes: list[BoxVerdict] = []
+    for label in [o.label for o in patched_run.outcomes]:
+        b, p = base.get(label), after.get(label)
+        if b is None or p is None:
+            continue
+        box_found, box_seen = gates.box_gates(
+            label, b, p, _new_failures(label, base_run, patched_run)
+        )
+        found += box_found
+        seen += box_seen
+        boxes.append(
+            BoxVerdict(
+                label=label,
+                verdict=gates.verdict([*box_found, *gates.patch_gates(facts)[0]], 1),
+                base=b.exit.interpretation,
+                patched=p.exit.interpretation,
+            )
+        )
+    outcome = gates.verdict(found, len(boxes))
+    code, bits = _exit(outcome, missing)
+    return VerifyReport(
+        version=VERIFY_REPORT_VERSION,
+        verdict=outcome,
+        base=made.base,
+        patched=made.patched,
+        patch_sha256=made.patch_sha256,
+        changed=list(made.changed),
+        boxes=boxes,
+        not_evaluated=missing,
+        gates=_ordered(found),
+        observations=seen,
+        scope=list(facts.scope),
+        helpers=list(facts.helpers),
+        drift=patched_run.report,
+        exit_code=code,
+        exit_bits=bits,
+    )
+
+
+# The patched run's own gates that speak about what its tests did (Collection parity compares
+# boxes, and pins and the ledger have their own verify gates).
+_RUN_GATES = ("Identity", "Clean tree", "Fixture integrity", "Completeness")
+
+
+def _new_failures(label: str, base_run: RunResult, patched_run: RunResult) -> list[tuple[str, str]]:
+    failed_before = {g.gate for g in base_run.report.gates if g.box == label and g.status == "FAIL"}
+    return [
+        (g.gate, g.detail)
+        for g in patched_run.report.gates
+        if g.box == label
+        and g.status == "FAIL"
+        and g.gate in _RUN_GATES
+        and g.gate not in failed_before
+    ]
+
+
+def encode(report: VerifyReport) -> bytes:
+    """The report as indented JSON, as `--json` prints it and the run folder keeps it."""
+    import msgspec
+
+    return msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n"
+
+
+def _patched(options: VerifyOptions) -> patch.Patched:
+    if (options.patch is None) == (options.patched_rev is None):
+        raise UsageError("verify needs exactly one of --patch FILE|- and --patched REV")
+    if options.patch is not None:
+        return patch.from_patch(options.repo, options.patch, options.base_rev)
+    return patch.from_rev(options.repo, str(options.patched_rev), options.base_rev)
+
+
+def _facts(
+    repo: Path,
+    made: patch.Patched,
+    base_table: dict[str, Any],
+    paths: Sequence[str],
+    max_changed: int,
+) -> gates.PatchFacts:
+    hits = touched(made.changed, paths)
+    if "pyproject.toml" in made.changed and _charpin_table(repo, made.patched) != base_table:
+        hits.append("pyproject.toml [tool.charpin]")
+    scope = static.scope(repo, made.base, made.patched)
+    return gates.PatchFacts(
+        protected=hits,
+        entry_points=static.entry_points(repo, made.base, made.patched),
+        dependencies=static.dependencies(repo, made.base, made.patched),
+        scope=[*scope.changed, *scope.unparsable],
+        helpers=list(scope.helpers),
+        max_changed=max_changed,
+    )
+
+
+def _charpin_table(repo: Path, commit: str) -> Any:
+    """[tool.charpin] of commit as data; a file that no longer parses counts as a change."""
+    try:
+        data = tomllib.loads(git_bytes(repo, "show", f"{commit}:pyproject.toml").decode())
+    except (OSError, ValueError, UnicodeDecodeError, ConfigError) as exc:
+        return f"unreadable: {exc}"
+    except Exception as exc:  # git failing (the file deleted) is a change too
+        return f"unreadable: {type(exc).__name__}"
+    tool = data.get("tool")
+    return tool.get("charpin", {}) if isinstance(tool, dict) else {}
+
+
+def _not_evaluated(base_run: RunResult, patched_run: RunResult) -> list[NotEvaluated]:
+    """A box missing from either run, once, with the run it is missing from."""
+    out: dict[str, NotEvaluated] = {}
+    for side, result in (("base", base_run), ("patched", patched_run)):
+        for o in result.outcomes:
+            ne = o.not_evaluated
+            if ne is not None and ne.label not in out:
+                out[ne.label] = NotEvaluated(
+                    label=ne.label, kind=ne.kind, reason=f"{side} run: {ne.reason}"
+                )
+    return list(out.values())
+
+
+def _exit(outcome: str, missing: Sequence[NotEvaluated]) -> tuple[int, list[str]]:
+    code, bits = 0, []
+    if outcome == "REJECT":
+        code |= EXIT_DRIFT
+        bits.append(f"{EXIT_DRIFT} REJECT: a verify gate failed")
+    if missing:
+        code |= EXIT_NOT_EVALUATED
+        bits.append(f"{EXIT_NOT_EVALUATED} a box was not evaluated")
+    if any(ne.kind in _REFUSED for ne in missing):
+        code |= EXIT_INTEGRITY
+        bits.append(f"{EXIT_INTEGRITY} a receipt or snapshot was refused")
+    if outcome == "INCOMPLETE" and not missing:
+        code |= EXIT_VACUOUS
+        bits.append(f"{EXIT_VACUOUS} INCOMPLETE: the evidence cannot decide")
+    return code, bits
+
+
+def _ordered(found: Sequence[VerifyGate]) -> list[VerifyGate]:
+    order = {name: i for i, name in enumerate(gates.GATE_ACTIONS)}
+    return sorted(found, key=lambda g: (order[g.gate], g.box != WHOLE_PATCH, g.box))
+
+
+__all__ = ["Observation", "VerifyOptions", "VerifyResult", "verify"]

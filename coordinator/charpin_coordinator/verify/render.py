@@ -1,0 +1,157 @@
+"""Coordinator side; pure. A VerifyReport as text (terminal), Markdown (a PR comment) and JUnit.
+
+The verdict comes first, then the gate table, then every failing observation with the one-line
+action to take and what moved. Text from receipts and patches is escaped as every other display
+escapes it (render.shown), so a hostile test id cannot repaint the terminal or the comment.
+"""
+
+from __future__ import annotations
+
+import re
+
+from charpin_coordinator.remote.junit import gates_junit
+from charpin_coordinator.render import shown
+from charpin_coordinator.verify.report import (
+    VERIFY_GATES,
+    WHOLE_PATCH,
+    Observation,
+    VerifyGate,
+    VerifyReport,
+)
+
+_MARKS = {"PASS": "✅ PASS", "FAIL": "❌ FAIL", "INCOMPLETE": "⚠️ INCOMPLETE"}
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+MAX_DETAIL = 40
+
+
+def render_text(report: VerifyReport) -> str:
+    """The verdict, the boxes, the gate table and why, for a terminal."""
+    out = [
+        f"charpin verify · {report.verdict} · base {report.base[:12]} · patched "
+        f"{report.patched[:12]} · patch sha256 {report.patch_sha256[:12]}",
+        f"  the patch changes {len(report.changed)} path(s): {_few(report.changed)}",
+        "",
+        "boxes",
+    ]
+    for box in report.boxes:
+        out.append(f"  {shown(box.label)}: base {box.base} · patched {box.patched} · {box.verdict}")
+    for missing in report.not_evaluated:
+        out.append(
+            f"  {shown(missing.label)}: NOT EVALUATED ({missing.kind}): {shown(missing.reason)}"
+        )
+    out += ["", "gates"]
+    columns = _columns(report)
+    width = max(len(g) for g in VERIFY_GATES) + 2
+    cell = max([12, *(len(shown(c)) + 2 for c in columns)])
+    out.append("  " + "gate".ljust(width) + "".join(shown(c).ljust(cell) for c in columns))
+    for name in VERIFY_GATES:
+        row = {g.box: g.status for g in report.gates if g.gate == name}
+        out.append("  " + name.ljust(width) + "".join(row.get(c, "-").ljust(cell) for c in columns))
+    failing = [g for g in report.gates if g.status != "PASS"]
+    if failing:
+        out += ["", "not passing"]
+        for gate in failing:
+            out.append(f"  {gate.gate} · {shown(gate.box)} · {gate.status}: {shown(gate.detail)}")
+            out.append(f"      action: {gate.action}")
+    if report.observations:
+        out += ["", "what moved"]
+        for seen in report.observations:
+            out += _text_observation(seen)
+    if report.scope or report.helpers:
+        out += ["", f"scope: {_few(report.scope)}" + _helpers(report)]
+    bits = "; ".join(report.exit_bits) or "accepted"
+    out += ["", f"verdict {report.verdict} · exit {report.exit_code} ({bits})", ""]
+    return "\n".join(out)
+
+
+def render_markdown(report: VerifyReport) -> str:
+    """The report as a pull-request comment."""
+    icon = {"ACCEPT": "✅", "REJECT": "❌", "INCOMPLETE": "⚠️"}[report.verdict]
+    out = [
+        f"## {icon} charpin verify: {report.verdict}",
+        "",
+        f"Base `{report.base[:12]}` · patched `{report.patched[:12]}` · patch sha256 "
+        f"`{report.patch_sha256[:12]}` · {len(report.changed)} path(s) changed",
+        "",
+    ]
+    columns = _columns(report)
+    out.append("| gate | " + " | ".join(_md(c) for c in columns) + " |")
+    out.append("|---" * (len(columns) + 1) + "|")
+    for name in VERIFY_GATES:
+        row = {g.box: g.status for g in report.gates if g.gate == name}
+        cells = " | ".join(_MARKS.get(row.get(c, ""), "-") for c in columns)
+        out.append(f"| {name} | {cells} |")
+    out.append("")
+    for missing in report.not_evaluated:
+        out.append(
+            f"- **{_md(missing.label)}** NOT EVALUATED ({missing.kind}): {_md(missing.reason)}"
+        )
+    failing = [g for g in report.gates if g.status != "PASS"]
+    if failing:
+        out += ["### Not passing", ""]
+        for gate in failing:
+            out.append(f"- **{gate.gate}** · {_md(gate.box)}: {_md(gate.detail)}  ")
+            out.append(f"  action: {_md(gate.action)}")
+        out.append("")
+    if report.observations:
+        out += ["### What moved", ""]
+        for seen in report.observations:
+            out += _md_observation(seen)
+    if report.scope or report.helpers:
+        out += ["", f"Scope: {_md(_few(report.scope))}{_md(_helpers(report))}"]
+    out += ["", f"Exit {report.exit_code}: {_md('; '.join(report.exit_bits) or 'accepted')}", ""]
+    return "\n".join(out)
+
+
+def render_junit(report: VerifyReport) -> bytes:
+    """JUnit XML: a suite for the patch's own gates and one per box."""
+    return gates_junit(_columns(report), report.gates, report.not_evaluated)
+
+
+def _columns(report: VerifyReport) -> list[str]:
+    return [WHOLE_PATCH, *(box.label for box in report.boxes)]
+
+
+def _text_observation(seen: Observation) -> list[str]:
+    lines = [f"  {seen.gate} · {shown(seen.box)} · {shown(seen.item)}: {shown(seen.what)}"]
+    lines.append(f"      {seen.action}")
+    lines += [f"        {shown(line)}" for line in seen.detail[:MAX_DETAIL]]
+    return lines
+
+
+def _md_observation(seen: Observation) -> list[str]:
+    lines = [f"- **{seen.gate}** · {_md(seen.box)} · {_code(seen.item)}: {_md(seen.what)}  "]
+    lines.append(f"  {_md(seen.action)}")
+    if seen.detail:
+        body = "\n".join(shown(line) for line in seen.detail[:MAX_DETAIL])
+        fence = "`" * max(3, _longest_backticks(body) + 1)
+        lines += ["", f"  {fence}diff", *(f"  {line}" for line in body.split("\n")), f"  {fence}"]
+    return lines
+
+
+def _helpers(report: VerifyReport) -> str:
+    return f" (extracted helpers, not counted: {_few(report.helpers)})" if report.helpers else ""
+
+
+def _few(items: list[str], shown_count: int = 6) -> str:
+    head = ", ".join(shown(i) for i in items[:shown_count])
+    more = len(items) - shown_count
+    return (head + (f" and {more} more" if more > 0 else "")) or "none"
+
+
+def _md(text: str) -> str:
+    return _MD_SPECIAL.sub(r"\\\1", shown(text))
+
+
+def _longest_backticks(text: str) -> int:
+    return max((len(run) for run in re.findall("`+", text)), default=0)
+
+
+def _code(text: str) -> str:
+    text = shown(text)
+    fence = "`" * (_longest_backticks(text) + 1)
+    pad = " " if text[:1] in "` " or text[-1:] in "` " else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+__all__ = ["VerifyGate", "render_junit", "render_markdown", "render_text"]

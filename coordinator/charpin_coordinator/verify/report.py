@@ -1,0 +1,87 @@
+"""Coordinator side; may import msgspec. The verify report: the JSON source of truth, as Structs.
+
+`charpin-remote verify --json` prints a VerifyReport as it is; the text, Markdown and JUnit
+renderers (verify/render.py) and the evidence bundle read it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from charpin_coordinator.report import Base, DriftReport, GateStatus, NotEvaluated
+
+VERIFY_REPORT_VERSION = 1
+
+Verdict = Literal["ACCEPT", "REJECT", "INCOMPLETE"]
+VerifyGateName = Literal[
+    "Base health",
+    "Protected paths",
+    "Behaviour",
+    "Tests",
+    "Quarantine",
+    "Entry points",
+    "Dependencies",
+    "Scope",
+]
+VERIFY_GATES: tuple[VerifyGateName, ...] = (
+    "Base health",
+    "Protected paths",
+    "Behaviour",
+    "Tests",
+    "Quarantine",
+    "Entry points",
+    "Dependencies",
+    "Scope",
+)
+# Gates judged from the two commits on this machine, once for every box.
+WHOLE_PATCH = "all boxes"
+
+
+class Observation(Base):
+    """One thing that moved, with the one-line action the seeds' decision table prescribes."""
+
+    gate: VerifyGateName
+    box: str
+    item: str
+    what: str
+    action: str
+    detail: list[str]
+
+
+class VerifyGate(Base):
+    """One verify gate for one box (or WHOLE_PATCH)."""
+
+    gate: VerifyGateName
+    box: str
+    status: GateStatus
+    detail: str
+    action: str
+
+
+class BoxVerdict(Base):
+    """One evaluated box: both of its runs and its verdict."""
+
+    label: str
+    verdict: Verdict
+    base: str  # the base run's interpretation (ok, failed, ...)
+    patched: str
+
+
+class VerifyReport(Base):
+    """What `verify` found: the verdict first, then the evidence behind it."""
+
+    version: int
+    verdict: Verdict
+    base: str
+    patched: str
+    patch_sha256: str
+    changed: list[str]
+    boxes: list[BoxVerdict]
+    not_evaluated: list[NotEvaluated]
+    gates: list[VerifyGate]
+    observations: list[Observation]
+    scope: list[str]  # the functions the patch changed, file:qualname
+    helpers: list[str]  # new functions called only from changed ones (an extract)
+    drift: DriftReport  # the patched runs compared across boxes
+    exit_code: int
+    exit_bits: list[str]

@@ -1,0 +1,241 @@
+"""`charpin-remote verify` end to end on the clean box: the demo's invoice exporter, with pins and
+tests, judged against agent-style patches; each verdict right, and for the right reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from charpin_coordinator.cli import main
+from charpin_coordinator.remote.demo import build_demo_repo
+
+from tests.conftest import git
+
+pytestmark = pytest.mark.slow
+
+RUNNER_PATH = str(Path(__file__).resolve().parents[3] / "runner")
+CODE = "export_invoices.py"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PYTHONPATH", RUNNER_PATH)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return build_demo_repo(tmp_path / "invoice-export", stale=False).path
+
+
+def agent_patch(repo: Path, edits: dict[str, str | None]) -> bytes:
+    """The diff an agent would hand over for these edits (None deletes); the tree is restored."""
+    for rel, text in edits.items():
+        path = repo / rel
+        if text is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    git(repo, "add", "-A")
+    diff = subprocess.run(
+        ["git", "-C", str(repo), "diff", "--cached", "--binary"], capture_output=True, check=True
+    ).stdout
+    git(repo, "reset", "-q", "--hard", "HEAD")
+    return diff
+
+
+def replaced(repo: Path, rel: str, old: str, new: str) -> str:
+    text = (repo / rel).read_text(encoding="utf-8")
+    assert old in text, f"{old!r} not in {rel}"
+    return text.replace(old, new, 1)
+
+
+def verify(repo: Path, patch: bytes, *extra: str) -> tuple[int, dict[str, Any]]:
+    patch_file = repo.parent / "agent.diff"
+    patch_file.write_bytes(patch)
+    out = repo.parent / "verify"
+    run_id = f"v{len(list(out.glob('*'))) if out.exists() else 0}"
+    argv = ["verify", "--repo", str(repo), "--patch", str(patch_file), "--out", str(out)]
+    code = main([*argv, "--run-id", run_id, "--json", "--timeout", "120", *extra])
+    return code, json.loads((out / run_id / "verify.json").read_text())
+
+
+def failing(report: dict[str, Any]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for gate in report["gates"]:
+        if gate["status"] == "FAIL":
+            found.setdefault(gate["gate"], []).append(gate["box"])
+    return found
+
+
+def seen(report: dict[str, Any], gate: str) -> list[dict[str, Any]]:
+    return [o for o in report["observations"] if o["gate"] == gate]
+
+
+EXTRACT_OLD = """        rate = rates.get(row.get("category") or "standard", rates["standard"])
+        value = gross(amount, rate, rounding)
+"""
+EXTRACT_NEW = """        value = gross(amount, _rate_of(row, rates), rounding)
+"""
+HELPER = """
+
+def _rate_of(row, rates):
+    return rates.get(row.get("category") or "standard", rates["standard"])
+"""
+
+
+def test_a_pure_extract_function_refactor_is_accepted(repo: Path) -> None:
+    text = replaced(repo, CODE, EXTRACT_OLD, EXTRACT_NEW)
+    text = text.replace("\n\ndef export(", HELPER + "\n\ndef export(", 1)
+    code, report = verify(repo, agent_patch(repo, {CODE: text}))
+    assert report["verdict"] == "ACCEPT", failing(report)
+    assert code == 0
+    assert report["scope"] == [f"{CODE}:export"] and report["helpers"] == [f"{CODE}:_rate_of"]
+    assert [b["label"] for b in report["boxes"]] == ["clean"]
+
+
+def test_a_stderr_wording_change_is_rejected_as_behaviour(repo: Path) -> None:
+    text = replaced(repo, CODE, '"; row skipped"', '" (row skipped)"')
+    code, report = verify(repo, agent_patch(repo, {CODE: text}))
+    assert report["verdict"] == "REJECT" and code & 2
+    assert failing(report) == {"Behaviour": ["clean"]}
+    [drift] = seen(report, "Behaviour")
+    assert drift["item"] == "skipped-row" and drift["what"] == "failed (stderr)"
+    assert drift["action"].startswith("stderr drift: a contract")
+    assert any(line.startswith("+warning:") and "(row skipped)" in line for line in drift["detail"])
+
+
+def test_a_rounding_change_shows_the_one_cent_diff(repo: Path) -> None:
+    text = replaced(repo, CODE, "rounding=rounding)", "rounding=ROUND_DOWN)")
+    text = text.replace("from decimal import ", "from decimal import ROUND_DOWN, ", 1)
+    _, report = verify(repo, agent_patch(repo, {CODE: text}))
+    assert report["verdict"] == "REJECT"
+    assert "Behaviour" in failing(report) and "Tests" in failing(report)
+    detail = "\n".join(d for o in seen(report, "Behaviour") for d in o["detail"])
+    assert "20.99" in detail and "20.98" in detail
+    assert any("one-cent" in o["action"] for o in seen(report, "Behaviour"))
+
+
+def test_a_pin_rewritten_together_with_the_code_is_rejected(repo: Path) -> None:
+    text = replaced(repo, CODE, '"; row skipped"', '" (row skipped)"')
+    pins = (repo / "pins.jsonl").read_text().replace("row skipped", "(row skipped)")
+    _, report = verify(repo, agent_patch(repo, {CODE: text, "pins.jsonl": pins}))
+    assert report["verdict"] == "REJECT"
+    assert failing(report)["Protected paths"] == ["all boxes"]
+    assert [o["item"] for o in seen(report, "Protected paths")] == ["pins.jsonl"]
+    # The base's pins ran against the patched code: the rewrite changed nothing about the gate.
+    assert "Behaviour" in failing(report)
+
+
+def test_a_deleted_test_is_rejected(repo: Path) -> None:
+    rel = "tests/test_export.py"
+    text = (repo / rel).read_text()
+    start = text.index("def test_bad_amount_is_skipped_with_its_line_number")
+    end = text.index("\ndef ", start + 1)
+    _, report = verify(repo, agent_patch(repo, {rel: text[:start] + text[end + 1 :]}))
+    assert report["verdict"] == "REJECT"
+    assert failing(report) == {"Tests": ["clean"]}
+    [gone] = seen(report, "Tests")
+    assert gone["item"].endswith("::test_bad_amount_is_skipped_with_its_line_number")
+    assert gone["what"] == "collected on base, gone on patched"
+
+
+def test_a_ledger_entry_hiding_a_failing_test_changes_nothing(repo: Path) -> None:
+    text = replaced(repo, CODE, "rounding=rounding)", "rounding=ROUND_DOWN)")
+    text = text.replace("from decimal import ", "from decimal import ROUND_DOWN, ", 1)
+    ledger = json.loads((repo / "flake-ledger.json").read_text())
+    ledger["entries"].append(
+        {
+            "id": "tests/test_export.py::test_quarter_total_matches_the_ledger",
+            "reason": "flaky",
+            "owner": "agent@example.invalid",
+            "expires": "2099-12-31",
+        }
+    )
+    patch = agent_patch(repo, {CODE: text, "flake-ledger.json": json.dumps(ledger, indent=2)})
+    _, report = verify(repo, patch)
+    assert report["verdict"] == "REJECT"
+    assert [o["item"] for o in seen(report, "Protected paths")] == ["flake-ledger.json"]
+    # The base's ledger applied: the test still ran, and failed.
+    items = {o["item"]: o["what"] for o in seen(report, "Tests")}
+    quarter = "tests/test_export.py::test_quarter_total_matches_the_ledger"
+    assert items[quarter] == "passed on base, failed on patched"
+
+
+def test_narrowing_watch_does_not_hide_a_test_that_rewrites_a_fixture(repo: Path) -> None:
+    toml = replaced(repo, "pyproject.toml", 'watch = ["tests/fixtures"]', "watch = []")
+    writer = (
+        "from pathlib import Path\n\n\ndef test_refresh_rates():\n"
+        "    path = Path(__file__).parent / 'fixtures' / 'rates.json'\n"
+        "    path.write_text(path.read_text().replace('0.20', '0.19'))\n"
+    )
+    patch = agent_patch(repo, {"pyproject.toml": toml, "tests/test_refresh.py": writer})
+    _, report = verify(repo, patch)
+    assert report["verdict"] == "REJECT"
+    assert "pyproject.toml [tool.charpin]" in [o["item"] for o in seen(report, "Protected paths")]
+    whats = [o["what"] for o in seen(report, "Tests")]
+    assert any("Fixture integrity" in w and "tests/fixtures/rates.json" in w for w in whats), whats
+
+
+def test_five_changed_functions_exceed_the_scope(repo: Path) -> None:
+    text = (repo / CODE).read_text()
+    for name in ("load_rates", "gross", "export", "main"):
+        text = text.replace(f"def {name}(", f"def {name}(", 1)
+        head = text.index(f"def {name}(")
+        colon = text.index(":\n", head) + 2
+        text = text[:colon] + f'    """{name}."""\n' + text[colon:]
+    conftest = (
+        (repo / "tests/conftest.py")
+        .read_text()
+        .replace("def rates():\n", 'def rates():\n    """Rates."""\n', 1)
+    )
+    _, report = verify(repo, agent_patch(repo, {CODE: text, "tests/conftest.py": conftest}))
+    assert report["verdict"] == "REJECT"
+    assert failing(report) == {"Scope": ["all boxes"]}
+    assert len(report["scope"]) == 5
+    _, report = verify(
+        repo, agent_patch(repo, {CODE: text, "tests/conftest.py": conftest}), "--max-changed", "5"
+    )
+    assert report["verdict"] == "ACCEPT"
+
+
+def test_a_patch_that_does_not_apply_is_one_line_and_exit_64(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = replaced(repo, CODE, '"; row skipped"', '" (row skipped)"')
+    patch = agent_patch(repo, {CODE: text})
+    (repo / CODE).write_text(text.replace("exported %d invoices", "wrote %d invoices"))
+    git(repo, "commit", "-qam", "upstream moved on")
+    (repo / CODE).write_text(text.replace('" (row skipped)"', '"; dropped"'))
+    git(repo, "commit", "-qam", "and again")
+    patch_file = repo.parent / "stale.diff"
+    patch_file.write_bytes(patch)
+    code = main(["verify", "--repo", str(repo), "--patch", str(patch_file)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 64
+    assert len(err) == 1 and err[0].startswith("charpin-remote: error: the patch does not apply")
+
+
+def test_a_red_base_makes_the_verdict_incomplete(repo: Path) -> None:
+    broken = replaced(repo, "tests/test_export.py", 'Decimal("391.05")', 'Decimal("391.06")')
+    (repo / "tests/test_export.py").write_text(broken)
+    git(repo, "commit", "-qam", "a red base")
+    text = replaced(repo, CODE, EXTRACT_OLD, EXTRACT_NEW)
+    text = text.replace("\n\ndef export(", HELPER + "\n\ndef export(", 1)
+    code, report = verify(repo, agent_patch(repo, {CODE: text}))
+    assert report["verdict"] == "INCOMPLETE"
+    assert code & 16 and not code & 2
+    health = [g for g in report["gates"] if g["gate"] == "Base health"]
+    assert health[0]["status"] == "INCOMPLETE" and "failed" in health[0]["detail"]
+
+
+def test_the_local_box_is_refused(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    patch_file = repo.parent / "p.diff"
+    patch_file.write_bytes(b"")
+    code = main(["verify", "--repo", str(repo), "--patch", str(patch_file), "--hosts", "local"])
+    assert code == 64
+    assert "`local` runs the working tree" in capsys.readouterr().err
