@@ -351,6 +351,7 @@ def _replay_pins(request: Request, skip: bool) -> tuple[Pins, list[str]]:
             stderr_sha256="",
             files={},
             failure_class="error",
+            detail=[f"error: {exc}"],
         )
         return Pins(source=source, replayed=True, results=[broken]), [
             f"pins were not replayed: {exc}"

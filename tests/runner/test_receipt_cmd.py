@@ -411,7 +411,10 @@ def test_a_corrupt_pins_file_is_an_errored_pin(tmp_path: Path) -> None:
     assert result.returncode & 2, result.stderr
     assert result.stdout.splitlines()[-1] == "pins      0 passed · 0 drifted · 1 errored (<pins>)"
     assert "charpin: pins were not replayed: pins.jsonl line 3" in result.stderr
-    assert only_receipt(repo)["pins"] == {
+    pins = only_receipt(repo)["pins"]
+    receipt_error = pins["results"][0]["detail"][0]
+    assert receipt_error.startswith("error: pins.jsonl line 3")
+    assert pins == {
         "source": "pins.jsonl",
         "replayed": True,
         "results": [
@@ -423,6 +426,7 @@ def test_a_corrupt_pins_file_is_an_errored_pin(tmp_path: Path) -> None:
                 "stderr_sha256": "",
                 "files": {},
                 "failure_class": "error",
+                "detail": [receipt_error],
             }
         ],
     }
