@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 GIT_SECONDS = 300.0
@@ -19,21 +20,35 @@ def git_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
 
-def git_bytes(repo: Path, *args: str, input: bytes | None = None) -> bytes:
-    """stdout of `git -C repo ARGS`; CalledProcessError when git fails."""
+def git_run(
+    repo: Path, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """`git -C repo ARGS`, output captured, status not checked. env: variables set on purpose
+    (GIT_INDEX_FILE of a private index, an author for commit-tree), over git_env()."""
     return subprocess.run(
         ["git", "-C", str(repo), *args],
         input=input,
         capture_output=True,
-        check=True,
-        env=git_env(),
+        check=False,
+        env={**git_env(), **(env or {})},
         timeout=GIT_SECONDS,
-    ).stdout
+    )
 
 
-def git(repo: Path, *args: str, input: bytes | None = None) -> str:
+def git_bytes(
+    repo: Path, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None
+) -> bytes:
+    """stdout of `git -C repo ARGS`; CalledProcessError when git fails."""
+    done = git_run(repo, *args, input=input, env=env)
+    done.check_returncode()
+    return done.stdout
+
+
+def git(
+    repo: Path, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None
+) -> str:
     """stdout of `git -C repo ARGS` as text; CalledProcessError when git fails."""
-    return git_bytes(repo, *args, input=input).decode("utf-8", "replace")
+    return git_bytes(repo, *args, input=input, env=env).decode("utf-8", "replace")
 
 
 def toplevel(where: Path) -> Path | None:

@@ -115,9 +115,11 @@ def test_a_rounding_change_shows_the_one_cent_diff(repo: Path) -> None:
     _, report = verify(repo, agent_patch(repo, {CODE: text}))
     assert report["verdict"] == "REJECT"
     assert "Behaviour" in failing(report) and "Tests" in failing(report)
-    detail = "\n".join(d for o in seen(report, "Behaviour") for d in o["detail"])
-    assert "20.99" in detail and "20.98" in detail
-    assert any("one-cent" in o["action"] for o in seen(report, "Behaviour"))
+    [first, *_] = seen(report, "Behaviour")
+    assert first["item"] == "eur-quarter" and first["what"] == "failed (stdout)"
+    assert "-INV-1002,Bücherei Süd,19.99,20.99,EUR" in first["detail"]
+    assert "+INV-1002,Bücherei Süd,19.99,20.98,EUR" in first["detail"]
+    assert report["scope"] == [f"{CODE}:gross"]  # the new import is not a change of its own
 
 
 def test_a_pin_rewritten_together_with_the_code_is_rejected(repo: Path) -> None:
