@@ -180,11 +180,16 @@ def test_demo_command_catches_the_stale_fixture_and_cleans_up(tmp_path: Path) ->
     assert verdict.endswith("that is what it is meant to catch")
     assert "run folder:" not in out  # it is removed with the example: never show it
     assert "Clean tree" in out and "FAIL" in out  # the run's own report
-    _, explanation = out.split("What the demo caught:\n")
+    act_one, act_two = out.split("Act two: an agent proposes a patch")
+    _, explanation = act_one.split("What the demo caught:\n")
     lines = [line for line in explanation.splitlines() if line.startswith("  ")]
     assert len(lines) == 2
     assert lines[0].strip().startswith(f"local ran with an uncommitted edit to {STALE}")
     assert FAILING in lines[1]
+    # Act two: the agent's rounding patch is verified base against patched and rejected.
+    assert "charpin verify · REJECT" in act_two
+    _, caught = act_two.split("What verify caught:\n")
+    assert "19.99,20.99,EUR became INV-1002,Bücherei Süd,19.99,20.98,EUR" in caught
     assert list(area.iterdir()) == []  # example repo, clean box and run folders all removed
 
 

@@ -85,6 +85,8 @@ def run_demo(args: argparse.Namespace) -> int:
         lines = explain(report, receipts)
         _print_explanation(lines, report)
         result, verdict = demo_verdict(lines, code, report.exit_bits, stale=bool(demo.stale))
+        if verdict:
+            print(verdict, flush=True)
         if demo.stale and not args.no_verify:
             result = max(result, _act_two(demo.path, run_id))
         if args.keep:
@@ -94,8 +96,6 @@ def run_demo(args: argparse.Namespace) -> int:
                 print(f"  next: cd {demo.path} && git checkout -- {discard} && charpin-remote run")
         else:
             print("(the example repository and its run folder are removed; --keep keeps them)")
-        if verdict:
-            print(verdict, flush=True)
         return result
     finally:
         if not args.keep:
@@ -126,9 +126,17 @@ def _act_two(repo: Path, run_id: str) -> int:
     moved = [o for o in report.observations if o.gate == "Behaviour"]
     if report.verdict == "REJECT" and moved:
         first = moved[0]
+        gone = next((d[1:] for d in first.detail if d.startswith("-INV")), "")
+        came = next((d[1:] for d in first.detail if d.startswith("+INV")), "")
+        print()
+        print("What verify caught:")
         print(
-            f"What verify caught: pin {first.item} drifted ({first.what}) on the same box where "
-            f"the base was green; {first.action}."
+            f"  On the clean box, where the base commit's pins were green, the patched code moved "
+            f"pin {first.item}'s output: {gone} became {came}."
+        )
+        print(
+            "  One cent is a money change: a refactor that moves it is a failed extract. The "
+            f"verdict is {report.verdict}, and the patch never touched your working tree."
         )
         return EXIT_CLEAN
     print(

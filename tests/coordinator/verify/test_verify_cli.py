@@ -241,3 +241,46 @@ def test_the_local_box_is_refused(repo: Path, capsys: pytest.CaptureFixture[str]
     code = main(["verify", "--repo", str(repo), "--patch", str(patch_file), "--hosts", "local"])
     assert code == 64
     assert "`local` runs the working tree" in capsys.readouterr().err
+
+
+def test_a_new_environment_read_is_rejected_as_an_entry_point_change(repo: Path) -> None:
+    text = replaced(
+        repo,
+        CODE,
+        '    currency = os.environ.get("INVOICE_CURRENCY", "EUR")\n',
+        '    currency = os.environ.get("INVOICE_CURRENCY", os.environ.get("INVOICE_DEFAULT", "EUR"))\n',
+    )
+    _, report = verify(repo, agent_patch(repo, {CODE: text}))
+    assert report["verdict"] == "REJECT"
+    assert failing(report)["Entry points"] == ["all boxes"]
+    [moved] = seen(report, "Entry points")
+    assert "INVOICE_DEFAULT (new)" in moved["item"] and CODE in moved["item"]
+    # The pins that record env reads say so too, even though none of them sets the key.
+    assert {o["what"] for o in seen(report, "Behaviour")} == {"failed (env-read)"}
+
+
+def test_a_new_dependency_is_rejected(repo: Path) -> None:
+    toml = "[project]\nname = 'invoice-export'\nversion = '1'\ndependencies = ['requests>=2']\n\n"
+    toml += (repo / "pyproject.toml").read_text()
+    _, report = verify(repo, agent_patch(repo, {"pyproject.toml": toml}))
+    assert report["verdict"] == "REJECT"
+    assert [o["item"] for o in seen(report, "Dependencies")] == [
+        "pyproject.toml: [project].dependencies"
+    ]
+
+
+def test_a_conftest_that_rewrites_outcomes_is_caught(repo: Path) -> None:
+    text = replaced(repo, CODE, "rounding=rounding)", "rounding=ROUND_DOWN)")
+    text = text.replace("from decimal import ", "from decimal import ROUND_DOWN, ", 1)
+    liar = (
+        (repo / "tests/conftest.py").read_text()
+        + "\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n    report = outcome.get_result()\n"
+        "    if report.failed:\n        report.outcome = 'passed'\n"
+    )
+    _, report = verify(repo, agent_patch(repo, {CODE: text, "tests/conftest.py": liar}))
+    assert report["verdict"] == "REJECT"
+    # The pins are replayed by the runner, outside pytest: the conftest cannot touch them.
+    assert "Behaviour" in failing(report)
+    [box] = report["boxes"]
+    assert box["patched"] != "ok" or "Tests" in failing(report), report["boxes"]
