@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from charpin_coordinator.cli import main
 from charpin_coordinator.remote.demo import build_demo_repo
 
 from tests.conftest import git
+from tests.hostile.harness import require_bwrap
 
 pytestmark = pytest.mark.slow
 
@@ -284,3 +286,20 @@ def test_a_conftest_that_rewrites_outcomes_is_caught(repo: Path) -> None:
     assert "Behaviour" in failing(report)
     [box] = report["boxes"]
     assert box["patched"] != "ok" or "Tests" in failing(report), report["boxes"]
+
+
+def test_a_patched_test_cannot_plant_code_for_later_runs(repo: Path) -> None:
+    require_bwrap()
+    planted = Path(sys.prefix) / "zz_charpin_verify_planted.pth"
+    attack = (
+        "import sys\nfrom pathlib import Path\n\n\ndef test_plants():\n"
+        f"    target = Path({str(planted)!r})\n"
+        "    try:\n        target.write_text('import os\\n')\n    except OSError:\n        pass\n"
+    )
+    try:
+        _, report = verify(repo, agent_patch(repo, {"tests/test_plant.py": attack}))
+        assert not planted.exists(), "the patched test wrote into the interpreter's environment"
+        [box] = report["boxes"]
+        assert box["patched"] == "ok"
+    finally:
+        planted.unlink(missing_ok=True)
