@@ -145,8 +145,11 @@ def run_verify_bundle(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(checked.verdict)
         return EXIT_CLEAN
     manifest = checked.manifest
-    signer = f"signed by {checked.signer}" if checked.signer else "signature not checked"
-    if not args.allowed_signers and "manifest.json.sig" not in manifest.get("files", {}):
+    if checked.signer:
+        signer = f"signed by {checked.signer}"
+    elif checked.signed:
+        signer = "signed (not checked: pass --allowed-signers)"
+    else:
         signer = "unsigned"
     print(
         f"{args.bundle}: checks · {checked.outcome} · base {str(manifest.get('base'))[:12]} · "

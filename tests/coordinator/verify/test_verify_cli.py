@@ -303,3 +303,23 @@ def test_a_patched_test_cannot_plant_code_for_later_runs(repo: Path) -> None:
         assert box["patched"] == "ok"
     finally:
         planted.unlink(missing_ok=True)
+
+
+def test_verify_writes_a_signed_bundle_that_verify_bundle_accepts(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = tmp_path / "reviewer"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    allowed = tmp_path / "allowed"
+    public = (tmp_path / "reviewer.pub").read_text().strip()
+    allowed.write_text(f'reviewer@example namespaces="charpin-verify-v1" {public}\n')
+    bundle = tmp_path / "evidence.tar"
+    text = replaced(repo, CODE, '"; row skipped"', '" (row skipped)"')
+    _, report = verify(
+        repo, agent_patch(repo, {CODE: text}), "--bundle", str(bundle), "--sign", str(key)
+    )
+    assert report["verdict"] == "REJECT"
+    capsys.readouterr()
+    assert main(["verify-bundle", str(bundle), "--allowed-signers", str(allowed)]) == 0
+    line = capsys.readouterr().out
+    assert "checks · REJECT" in line and "signed by reviewer@example" in line
