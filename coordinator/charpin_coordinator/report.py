@@ -45,6 +45,7 @@ NotEvaluatedKind = Literal[
     "unsupported-box",
     "no-sandbox",
     "disconnected",
+    "provision-failed",
 ]
 
 

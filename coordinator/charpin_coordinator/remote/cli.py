@@ -139,10 +139,10 @@ def run_remote(args: argparse.Namespace) -> int:
     _warn_local_commit(options.repo, names, args.commit, planned.plan.snap.commit)
     with make_progress(names, quiet=args.quiet or args.json) as progress:
         result = run(planned, phase=progress.phase)
-    from charpin_coordinator.remote.output import emit  # imported while the boxes ran
+    from charpin_coordinator.remote.output import emit, warn_disposals  # imported meanwhile
 
     emit(result, json=args.json, markdown=args.markdown, junit=args.junit)
-    return result.exit_code
+    return result.exit_code | warn_disposals([result])
 
 
 def _warn_local_commit(repo: Path, names: list[str], rev: str, commit: str) -> None:

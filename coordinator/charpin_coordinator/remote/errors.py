@@ -7,6 +7,7 @@ report shows, with no translation table in between:
 * CharpinError (charpin_runner.errors)
   + BoxError                      one box, one kind, one line "<host>: <problem>; <fix>"  (4)
       reaching it:   dns, refused, timeout, auth, host-key, disconnected   (transport, ssh.py)
+      making it:     provision-failed                                      (provision.py)
       its setup:     unsupported-box, setup-failed, no-sandbox            (box agent, pipeline)
       its snapshot:  snapshot-integrity                                    (box agent)
       its run:       runner-failed, receipt-refused, interrupted, timeout  (pipeline)

@@ -42,6 +42,9 @@ class HostExtras(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_onl
     setup: list[str] | None = None  # replaces the repository-level setup commands
     timeout: float | None = None  # per-box deadline in seconds
     env: list[str] = msgspec.field(default_factory=list)  # coordinator env names to pass on
+    # A disposable server: shell lines run on this machine that make it and remove it.
+    provision: list[str] | None = None
+    dispose: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,13 @@ def decode_host_extras(
             raise ConfigError(
                 f"timeout must be a positive number of seconds - at `{where}.timeout`"
             )
+        if bool(extra.provision) != bool(extra.dispose):
+            raise ConfigError(
+                f"provision and dispose come together - at `{where}`; a server that is made "
+                "must be removed: give both command lists"
+            )
+        if extra.provision and name in BUILTIN_BOXES:
+            raise ConfigError(f"{name} is a built-in box; it cannot be provisioned - at `{where}`")
         extras[str(name)] = extra
     return extras
 
@@ -162,6 +172,10 @@ def resolve_hosts(
         extra = extras.get(name, HostExtras())
         if name in BUILTIN_BOXES:
             specs.append(HostSpec(name=name, builtin=True, extras=extra))
+            continue
+        if extra.provision:
+            # Made for the run: its address, user, key and host key come from provision.
+            specs.append(HostSpec(name=name, extras=extra))
             continue
         if loaded is None:  # only SSH names pay for paramiko and the config files
             loaded = _load(files)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from charpin_runner.errors import UsageError
+from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
 
 from charpin_coordinator.remote.junit import to_junit
 from charpin_coordinator.remote.run import RunResult
@@ -54,3 +55,14 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+
+
+def warn_disposals(results: Sequence[RunResult]) -> int:
+    """Say loudly which disposable servers could not be removed; EXIT_NOT_EVALUATED if any."""
+    failed = [f for result in results for f in result.disposals.failed]
+    for alias, box_id, reason in failed:
+        sys.stderr.write(
+            f"charpin-remote: DISPOSE FAILED for {alias}: server {box_id!r} may still be running "
+            f"(and billed); remove it by hand. Reason: {reason}\n"
+        )
+    return EXIT_NOT_EVALUATED if failed else 0

@@ -14,25 +14,28 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
+import msgspec
+from charpin_runner.errors import EXIT_NOT_EVALUATED, ConfigError, UsageError
 from charpin_runner.runid import check_run_id, new_run_id
 
 from charpin_coordinator.config import load_config
 from charpin_coordinator.drift import build_report
-from charpin_coordinator.remote import results, snapshot
+from charpin_coordinator.remote import provision, results, snapshot
 from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, Phase, RunPlan, run_box
 from charpin_coordinator.remote.builtin import clean_target, local_target
 from charpin_coordinator.remote.bundle import runner_bundle
 from charpin_coordinator.remote.hosts import (
     BUILTIN_BOXES,
+    HostExtras,
     HostSpec,
     decode_host_extras,
     resolve_hosts,
 )
 from charpin_coordinator.remote.orchestrate import Job, run_all
+from charpin_coordinator.remote.provision import Disposals
 from charpin_coordinator.render import encode_json, render_markdown
 from charpin_coordinator.report import DriftReport, map_strings
 
@@ -78,6 +81,7 @@ class Planned:
     out_dir: Path
     baseline: str | None
     jobs: int
+    disposals: Disposals = field(default_factory=Disposals)
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class RunResult:
     outcomes: list[BoxOutcome]
     folder: Path
     interrupted: bool
+    disposals: Disposals = field(default_factory=Disposals)
 
     @property
     def exit_code(self) -> int:
@@ -127,11 +132,11 @@ def plan(options: Options) -> Planned:
     )
     if ssh_import is not None:
         ssh_import.join()
-    specs = resolve_hosts(
-        names, ssh_config=options.ssh_config, extras=decode_host_extras(loaded.hosts)
-    )
-    targets = [_target(spec, repo, options) for spec in specs]
-    return Planned(shared, targets, out_dir, options.baseline, options.jobs)
+    extras = _with_local_provisioning(repo, decode_host_extras(loaded.hosts))
+    specs = resolve_hosts(names, ssh_config=options.ssh_config, extras=extras)
+    disposals = Disposals()
+    targets = [_target(spec, repo, options, disposals) for spec in specs]
+    return Planned(shared, targets, out_dir, options.baseline, options.jobs, disposals)
 
 
 def run(planned: Planned, *, phase: Phase | None = None) -> RunResult:
@@ -163,10 +168,28 @@ def run(planned: Planned, *, phase: Phase | None = None) -> RunResult:
             drift_json=encode_json(report), drift_md=render_markdown(report).encode()
         ),
     )
-    return RunResult(report, fan.outcomes, folder, fan.interrupted)
+    return RunResult(report, fan.outcomes, folder, fan.interrupted, planned.disposals)
 
 
-def _target(spec: HostSpec, repo: Path, options: Options) -> BoxTarget:
+def _with_local_provisioning(repo: Path, extras: dict[str, HostExtras]) -> dict[str, HostExtras]:
+    """Provision and dispose commands run on this machine, so they come from this machine's
+    pyproject.toml (the working tree), never from the commit being run or a patch."""
+    local: dict[str, HostExtras] = {}
+    if (repo / "pyproject.toml").is_file():
+        try:
+            local = decode_host_extras(load_config(repo).hosts)
+        except ConfigError:
+            local = {}
+    names = set(extras) | {name for name, extra in local.items() if extra.provision}
+    out = {}
+    for name in names:
+        mine = local.get(name, HostExtras())
+        base = extras.get(name, mine)
+        out[name] = msgspec.structs.replace(base, provision=mine.provision, dispose=mine.dispose)
+    return out
+
+
+def _target(spec: HostSpec, repo: Path, options: Options, disposals: Disposals) -> BoxTarget:
     extras = spec.extras
     # --timeout on the command line beats a host's configured timeout, which beats the plan's.
     timeout = options.timeout or extras.timeout
@@ -183,11 +206,15 @@ def _target(spec: HostSpec, repo: Path, options: Options) -> BoxTarget:
             timeout=timeout,
             env=env,
         )
-    from charpin_coordinator.remote.ssh import connector
+    if extras.provision:
+        connect = provision.connector(spec, repo=repo, disposals=disposals)
+    else:
+        from charpin_coordinator.remote.ssh import connector
 
+        connect = connector(spec, accept_new=options.accept_new)
     return BoxTarget(
         label=spec.name,
-        connect=connector(spec, accept_new=options.accept_new),
+        connect=connect,
         python=extras.python or "python3",
         setup=extras.setup,
         timeout=timeout,

@@ -133,7 +133,9 @@ def run_verify(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(report))
         sys.stdout.write(f"verify folder: {_shown(result.folder)}\n")
     sys.stdout.flush()
-    return result.exit_code
+    from charpin_coordinator.remote.output import warn_disposals
+
+    return result.exit_code | warn_disposals([result.base_run, result.patched_run])
 
 
 def run_verify_bundle(args: argparse.Namespace) -> int:
