@@ -232,7 +232,10 @@ def test_every_deploy_file_starts_with_a_header() -> None:
     for path in DEPLOY_FILES:
         if path.suffix == ".md":
             continue
-        head = path.read_text(encoding="utf-8").split("\n\n", 1)[0]
+        text = path.read_text(encoding="utf-8")
+        if text.startswith("#!"):  # a script: its header follows the interpreter line
+            text = text.split("\n", 1)[1]
+        head = text.split("\n\n", 1)[0]
         assert head.startswith("# "), path
         assert "Copy to" in head and "Edit" in head, f"{path}: header must say where and what"
 
