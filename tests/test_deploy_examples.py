@@ -7,9 +7,13 @@ nightly run weeks later. So the invocations are checked against the real argpars
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
+import os
 import re
 import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -323,3 +327,94 @@ def test_checker_walks_nested_commands_and_flag_values(
         "f:1: `charpin-remote hosts check` has no option -q",
         "f:3: `charpin-remote hosts check` has no option --bogus",
     ]
+
+
+# --- scripts: the disposable-server examples --------------------------------------------------
+
+SCRIPTS = [p for p in DEPLOY_FILES if p.read_text(encoding="utf-8").startswith("#!")]
+
+# The hcloud commands the examples may use and each one's flags, as the hcloud CLI reference
+# (github.com/hetznercloud/cli, docs/reference/manual/hcloud_<command>.md) lists them. A flag
+# Hetzner renames or removes (like server create --datacenter) must be changed here on purpose.
+_HCLOUD_GLOBAL = {"--config", "--context", "--debug", "--debug-file", "--endpoint", "--quiet",
+                  "--poll-interval", "--no-experimental-warnings", "-h", "--help"}  # fmt: skip
+HCLOUD_FLAGS: dict[tuple[str, str], set[str]] = {
+    ("server", "create"): {
+        "--allow-deprecated-image", "--automount", "--enable-backup", "--enable-protection",
+        "--firewall", "--image", "--label", "--location", "--name", "--network", "-o",
+        "--output", "--placement-group", "--primary-ipv4", "--primary-ipv6", "--ssh-key",
+        "--start-after-create", "--type", "--user-data-from-file", "--volume", "--without-ipv4",
+        "--without-ipv6",
+    },
+    ("server", "delete"): set(),
+    ("server", "ip"): {"-6", "--ipv6"},
+    ("ssh-key", "create"): {"--label", "--name", "-o", "--output", "--public-key",
+                            "--public-key-from-file"},
+    ("ssh-key", "delete"): set(),
+}  # fmt: skip
+
+
+def hcloud_problems(text: str, source: str) -> list[str]:
+    """One line per hcloud command or flag that is not in HCLOUD_FLAGS."""
+    problems = []
+    for number, line in logical_lines(text):
+        if line.lstrip().startswith("#"):
+            continue
+        for segment in _SEPARATORS.split(line):
+            words = _tokens(segment)
+            if "hcloud" not in words:
+                continue
+            rest = words[words.index("hcloud") + 1 :]
+            padded = [*rest, "", ""]
+            command = (padded[0], padded[1])
+            if command not in HCLOUD_FLAGS:
+                problems.append(f"{source}:{number}: unknown command hcloud {' '.join(command)}")
+                continue
+            for word in _until_operator(rest[2:]):
+                flag = word.split("=", 1)[0]
+                if flag.startswith("-") and flag not in HCLOUD_FLAGS[command] | _HCLOUD_GLOBAL:
+                    problems.append(
+                        f"{source}:{number}: hcloud {' '.join(command)} has no option {flag}"
+                    )
+    return problems
+
+
+def test_every_hcloud_flag_in_deploy_is_documented() -> None:
+    found = [p for p in SCRIPTS if "hcloud " in p.read_text(encoding="utf-8")]
+    assert {p.name for p in found} >= {"hcloud-provision.sh", "hcloud-dispose.sh"}
+    problems = [
+        problem
+        for path in found
+        for problem in hcloud_problems(path.read_text(encoding="utf-8"), path.name)
+    ]
+    assert problems == []
+
+
+def test_hcloud_checker_reports_removed_flags_and_commands() -> None:
+    text = (
+        "hcloud server create --name x --datacenter fsn1-dc14 \\\n    --type cx22 >&2\n"
+        "x=$(hcloud server ips x)\n# hcloud server create --nonsense (a comment)\n"
+    )
+    assert hcloud_problems(text, "f") == [
+        "f:1: hcloud server create has no option --datacenter",
+        "f:3: unknown command hcloud server ips",
+    ]
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_deploy_scripts_are_executable_and_well_formed(path: Path) -> None:
+    assert os.access(path, os.X_OK), f"{path.name}: chmod +x it"
+    text = path.read_text(encoding="utf-8")
+    interpreter = text.splitlines()[0]
+    if interpreter.endswith("python3"):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add((node.module or "").split(".")[0])
+        assert imported <= sys.stdlib_module_names, f"{path.name}: stdlib only"
+    else:
+        assert interpreter == "#!/usr/bin/env bash", path.name
+        assert "\nset -euo pipefail\n" in text, f"{path.name}: a failing step must stop it"
+        subprocess.run(["bash", "-n", str(path)], check=True)

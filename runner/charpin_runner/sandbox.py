@@ -106,14 +106,18 @@ def wrap(guard: Guard, argv: list[str], scratch: str | None = None) -> list[str]
     # path writable inside the namespace.
     common = ["--proc", "/proc", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL"]
     if plan.confine:
-        # Inside the namespace /tmp is a fresh tmpfs only this run sees: these fixed names
-        # cannot be raced by anyone outside it.
-        private = "/tmp"  # noqa: S108 - a fresh tmpfs inside the namespace, not the host's
-        home = f"{private}/charpin-home"
-        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", private, *common]
-        args += ["--unshare-net", "--dir", home, "--setenv", "HOME", home]
-        args += ["--setenv", "TMPDIR", private]
-        writable = [*plan.writable, *([scratch] if scratch else [])]
+        # Everything read-only (the host's /tmp too: the interpreter or the checkout may live
+        # there), but the checkout and a private temporary folder and HOME inside scratch.
+        shm = "/dev/shm"  # noqa: S108 - a fresh tmpfs inside the namespace (multiprocessing)
+        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", shm, *common]
+        args.append("--unshare-net")
+        writable = list(plan.writable)
+        if scratch:
+            home, tmp = os.path.join(scratch, "home"), os.path.join(scratch, "tmp")
+            os.makedirs(home, exist_ok=True)
+            os.makedirs(tmp, exist_ok=True)
+            args += ["--setenv", "HOME", home, "--setenv", "TMPDIR", tmp]
+            writable.append(scratch)
     else:
         args = [bwrap, "--dev-bind", "/", "/", *common]
         for path in _existing(plan.protect):

@@ -89,7 +89,15 @@ def connector(
         holder: list[_Disposer] = []  # filled as soon as a provision command prints an id
         try:
             out = _provision(spec, repo, timeout, disposals, holder)
-            return _connect(spec, parse_made(spec.name, out), repo, holder[0])
+            made = parse_made(spec.name, out)
+            if made.id != holder[0].id:  # the one disposed must be the one we connect to
+                raise BoxError(
+                    spec.name,
+                    "provision-failed",
+                    f"provision printed two ids ({holder[0].id!r}, then {made.id!r}); "
+                    "make only its last command print the server's JSON",
+                )
+            return _connect(spec, made, repo, holder[0])
         except BaseException:
             if holder:
                 holder[0]()
@@ -169,7 +177,9 @@ def printed_id(stdout: bytes) -> str | None:
     except ValueError:
         return None
     box_id = data.get("id") if isinstance(data, dict) else None
-    return str(box_id) if isinstance(box_id, (str, int)) and str(box_id).strip() else None
+    if isinstance(box_id, bool) or not isinstance(box_id, (str, int)) or not str(box_id).strip():
+        return None
+    return str(box_id)
 
 
 def parse_made(alias: str, stdout: bytes) -> Made:
@@ -193,6 +203,8 @@ def parse_made(alias: str, stdout: bytes) -> Made:
     missing = [k for k in ("host", "user", "host_key", "id") if not data.get(k)]
     if missing:
         raise bad(f"an object without {', '.join(missing)}")
+    if printed_id(stdout) is None:
+        raise bad(f"id {data['id']!r}, which is not a string or a number")
     port = data.get("port", 22)
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise bad(f"port {port!r}")

@@ -1,6 +1,6 @@
-"""Coordinator side; imports only charpin_runner.errors and charpin_coordinator.gitcmd. An agent's patch made a commit.
+"""Coordinator side; imports only the stdlib, charpin_runner.errors and charpin_coordinator.gitcmd.
 
-The patch becomes a commit in the user's repository without touching its working tree, index,
+An agent's patch becomes a commit in the user's repository without touching its working tree, index,
 HEAD or refs: a format-patch series is split as `git am` splits it (mailsplit, mailinfo), the
 base tree is read into a private index (GIT_INDEX_FILE in a temporary folder), every patch is
 applied to that index with `git apply --cached` in order, and write-tree and commit-tree make an
@@ -52,7 +52,9 @@ _MBOX = re.compile(rb"\AFrom \S+ ")
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 # git apply: `error: patch failed: NAME:LINE`. NAME is raw and may hold a newline, hence re.S.
 _FAILED = re.compile(rb"^error: patch failed: (.*?):(\d+)$", re.M | re.S)
-_ESCAPES = {ord(k): v for k, v in {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13}.items()}
+_ESCAPES = {
+    ord(k): v for k, v in {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13}.items()
+}
 _FIX = "rebase it onto --base or pass the right --base"
 
 
@@ -60,9 +62,11 @@ _FIX = "rebase it onto --base or pass the right --base"
 class Patched:
     base: str  # base commit sha
     patched: str  # commit sha of base + patch (parent: base), made with commit-tree, unreferenced
-    patch: bytes  # the patch as given (for --patched REV: `git diff --binary --full-index base patched`)
+    # The patch as given (for --patched REV: `git diff --binary --full-index base patched`).
+    patch: bytes
     patch_sha256: str  # sha256 hex of `patch`
-    changed: tuple[str, ...]  # every path the patch touches, sorted (both sides of a rename; deletions; mode changes)
+    # Every path the patch touches, sorted: both sides of a rename, deletions, mode changes.
+    changed: tuple[str, ...]
 
 
 def from_patch(repo: Path, data: bytes, base_rev: str | None) -> Patched:
@@ -75,7 +79,9 @@ def from_patch(repo: Path, data: bytes, base_rev: str | None) -> Patched:
         base = _resolve(repo, base_rev, f"--base {_shown(base_rev)} is not a commit in {repo}")
     elif trailer := _BASE_COMMIT.search(data):
         sha = trailer.group(1).decode("ascii")
-        base = _resolve(repo, sha, f"the patch's base-commit {sha} is not in {repo}; fetch it or pass --base")
+        base = _resolve(
+            repo, sha, f"the patch's base-commit {sha} is not in {repo}; fetch it or pass --base"
+        )
     else:
         base = _resolve(repo, "HEAD", f"{repo} has no commit at HEAD; commit first or pass --base")
     digest = hashlib.sha256(data).hexdigest()
@@ -84,14 +90,18 @@ def from_patch(repo: Path, data: bytes, base_rev: str | None) -> Patched:
         scratch.run("read-tree", base, what="read-tree")
         parts = scratch.split(data)
         for number, part in enumerate(parts, 1):
-            scratch.apply(part, base, f"commit {number} of {len(parts)}: " if len(parts) > 1 else "")
+            scratch.apply(
+                part, base, f"commit {number} of {len(parts)}: " if len(parts) > 1 else ""
+            )
         tree = scratch.run("write-tree", what="write-tree").decode("ascii").strip()
     if tree == _tree(repo, base):
         raise UsageError(
             f"the patch changes nothing in {base[:12]}; pass the agent's actual diff or the right --base"
         )
     commit = _commit_tree(repo, tree, base, f"charpin verify: patch {digest[:12]}")
-    return Patched(base, commit, data, digest, tuple(sorted({p for p, _, _ in _diff(repo, base, commit)})))
+    return Patched(
+        base, commit, data, digest, tuple(sorted({p for p, _, _ in _diff(repo, base, commit)}))
+    )
 
 
 def from_rev(repo: Path, patched_rev: str, base_rev: str | None) -> Patched:
@@ -146,13 +156,17 @@ def restore_from_base(repo: Path, patched: Patched, paths: Sequence[str]) -> str
     for path, mode, sha in _diff(repo, patched.base, patched.patched):
         if any(path == p or path.startswith(p + "/") for p in prefixes):
             # Mode 000000: not in base, so the entry goes; otherwise base's entry comes back.
-            records.append((mode == "000000", f"{mode} {sha}" if mode != "000000" else f"0 {zero}", path))
+            records.append(
+                (mode == "000000", f"{mode} {sha}" if mode != "000000" else f"0 {zero}", path)
+            )
     if not records:
         return patched.patched
     # Removals first: a path that was a file in base and a folder in patched (or the reverse)
     # must be gone before its other shape is added, or the index refuses the pair.
     records.sort(key=lambda r: not r[0])
-    stream = b"".join(f"{entry}\t".encode("ascii") + os.fsencode(path) + b"\0" for _, entry, path in records)
+    stream = b"".join(
+        f"{entry}\t".encode("ascii") + os.fsencode(path) + b"\0" for _, entry, path in records
+    )
     with tempfile.TemporaryDirectory(prefix="charpin-verify-") as folder:
         scratch = _Scratch(git_dir, Path(folder))
         scratch.run("read-tree", patched.patched, what="read-tree")
@@ -294,7 +308,11 @@ def _commit_tree(repo: Path, tree: str, parent: str, message: str) -> str:
     # The base's committer date, so a commit never predates its parent and stays reproducible.
     raw = _ok(_git(repo, "cat-file", "commit", parent), "cat-file")
     stamp = next(
-        (line.rsplit(b" ", 2) for line in raw.split(b"\n\n", 1)[0].split(b"\n") if line.startswith(b"committer ")),
+        (
+            line.rsplit(b" ", 2)
+            for line in raw.split(b"\n\n", 1)[0].split(b"\n")
+            if line.startswith(b"committer ")
+        ),
         [b"", b"1000000000", b"+0000"],
     )
     when = f"@{stamp[1].decode('ascii')} {stamp[2].decode('ascii')}"
@@ -306,7 +324,16 @@ def _commit_tree(repo: Path, tree: str, parent: str, message: str) -> str:
         "GIT_COMMITTER_EMAIL": _EMAIL,
         "GIT_COMMITTER_DATE": when,
     }
-    done = _git(repo, "commit-tree", "--no-gpg-sign", "-p", parent, tree, input=f"{message}\n".encode(), env=env)
+    done = _git(
+        repo,
+        "commit-tree",
+        "--no-gpg-sign",
+        "-p",
+        parent,
+        tree,
+        input=f"{message}\n".encode(),
+        env=env,
+    )
     return _ok(done, "commit-tree").decode("ascii").strip()
 
 
@@ -314,7 +341,10 @@ def _diff(repo: Path, base: str, patched: str) -> list[tuple[str, str, str]]:
     """Every path that differs between the two commits, with its mode and blob in base (mode
     000000 when base has none). --no-renames: a rename is its old path deleted and its new one
     added, so both sides are listed."""
-    out = _ok(_git(repo, "diff-tree", "-r", "-z", "--no-renames", "--no-abbrev", base, patched), "diff-tree")
+    out = _ok(
+        _git(repo, "diff-tree", "-r", "-z", "--no-renames", "--no-abbrev", base, patched),
+        "diff-tree",
+    )
     fields = out.split(b"\0")
     found = []
     for header, path in zip(fields[0::2], fields[1::2], strict=False):
