@@ -267,8 +267,9 @@ def test_sshd_killed_mid_run_is_not_evaluated(sshd_factory: SshdFactory, tmp_pat
     assert [b["label"] for b in report["boxes"]] == ["local"]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_sigint_mid_run_cleans_the_box_and_writes_a_partial_report(
-    sshd_factory: SshdFactory, tmp_path: Path
+    sshd_factory: SshdFactory, tmp_path: Path, sig: signal.Signals
 ) -> None:
     box = sshd_factory(name="intr", alias="intr")
     hang = "import time\ndef test_hang():\n    time.sleep(600)\n"
@@ -277,7 +278,7 @@ def test_sigint_mid_run_cleans_the_box_and_writes_a_partial_report(
     try:
         assert _wait(lambda: list(box.root.glob(".cache/charpin/runs/*/*/stdout.log")), 60)
         time.sleep(1.0)  # let pytest start inside the runner
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)  # SIGTERM (systemctl stop, a cancelled CI job) acts as Ctrl-C
         out, _ = proc.communicate(timeout=120)
     finally:
         _reap(proc)

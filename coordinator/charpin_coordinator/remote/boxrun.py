@@ -103,6 +103,9 @@ def run_box(target: BoxTarget, plan: RunPlan, phase: Phase, stop: threading.Even
         # One deadline per box, counted from before the connection: every step shares it.
         ends = time.monotonic() + float(target.timeout or plan.timeout)
         box = target.connect()
+        if stop.is_set():  # Ctrl-C while connecting (or while a server was being made)
+            out.interrupted = True
+            raise BoxError(target.label, "interrupted", "interrupted before the tests ran")
         _Pipeline(box, target, plan, phase, stop, out, ends).run()
     except BoxError as exc:
         out.not_evaluated = exc.not_evaluated()

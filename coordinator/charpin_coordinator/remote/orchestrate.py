@@ -8,10 +8,12 @@ boxes that never started are reported NOT EVALUATED ("interrupted").
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any
 
 from charpin_coordinator.remote.boxrun import BoxOutcome, Phase
 from charpin_coordinator.report import NotEvaluated
@@ -42,6 +44,7 @@ def run_all(jobs: Sequence[Job], *, max_workers: int, phase: Phase) -> FanOut:
     pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="charpin-box")
     futures = {pool.submit(job.run, phase, stop): job for job in jobs}
     interrupted = False
+    previous = _terminate_like_ctrl_c()
     try:
         pending = set(futures)
         while pending:
@@ -54,8 +57,23 @@ def run_all(jobs: Sequence[Job], *, max_workers: int, phase: Phase) -> FanOut:
             future.cancel()
         wait(futures, timeout=STOP_GRACE_SECONDS)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         pool.shutdown(wait=not interrupted, cancel_futures=True)
     return FanOut([_outcome(f, futures[f], phase) for f in futures], interrupted)
+
+
+def _terminate_like_ctrl_c() -> Any:
+    """SIGTERM (`systemctl stop`, a CI job's cancel) winds the run down as Ctrl-C does: boxes
+    stop their runners, disposable servers are disposed, the partial report is written.
+    Returns the handler it replaced (None off the main thread, where nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
 
 
 def _outcome(future: Future[BoxOutcome], job: Job, phase: Phase) -> BoxOutcome:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
 
+from charpin_coordinator.redact import Redactor
 from charpin_coordinator.remote.junit import to_junit
 from charpin_coordinator.remote.run import RunResult
 from charpin_coordinator.render import encode_json, render_markdown, render_text
@@ -60,7 +61,9 @@ def _shown(path: Path) -> str:
 def warn_disposals(results: Sequence[RunResult]) -> int:
     """Say loudly which disposable servers could not be removed; EXIT_NOT_EVALUATED if any."""
     failed = [f for result in results for f in result.disposals.failed]
+    redact = Redactor.from_env(os.environ).text  # a provider CLI may print its token
     for alias, box_id, reason in failed:
+        reason = redact(reason)
         sys.stderr.write(
             f"charpin-remote: DISPOSE FAILED for {alias}: server {box_id!r} may still be running "
             f"(and billed); remove it by hand. Reason: {reason}\n"
