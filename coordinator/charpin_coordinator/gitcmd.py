@@ -57,3 +57,15 @@ def toplevel(where: Path) -> Path | None:
         return Path(git(where, "rev-parse", "--show-toplevel").strip())
     except (subprocess.CalledProcessError, OSError):
         return None
+
+
+def repo_root(repo: Path | None) -> Path:
+    """The repository a command works on: the top of the git working tree holding repo (or the
+    current folder); UsageError naming --repo outside one."""
+    from charpin_runner.errors import UsageError
+
+    where = (repo or Path.cwd()).absolute()
+    top = toplevel(where)
+    if top is None:
+        raise UsageError(f"{where} is not inside a git repository; pass --repo DIR")
+    return top

@@ -16,7 +16,7 @@ from typing import Any
 from charpin_runner.errors import EXIT_CLEAN, EXIT_NOT_EVALUATED, UsageError
 
 from charpin_coordinator.config import load_config
-from charpin_coordinator.gitcmd import toplevel
+from charpin_coordinator.gitcmd import repo_root
 from charpin_coordinator.remote import snapshot
 from charpin_coordinator.remote.display import make_progress
 from charpin_coordinator.remote.hosts import (
@@ -122,7 +122,7 @@ def run_remote(args: argparse.Namespace) -> int:
     _check_numbers(args)
     names = parse_host_list(args.hosts)
     options = Options(
-        repo=_toplevel(args.repo),
+        repo=repo_root(args.repo),
         hosts=names,
         commit=args.commit,
         ssh_config=args.ssh_config,
@@ -165,14 +165,6 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise UsageError(f"--timeout {args.timeout} must be a positive number of seconds")
 
 
-def _toplevel(repo: Path | None) -> Path:
-    where = (repo or Path.cwd()).absolute()
-    top = toplevel(where)
-    if top is None:
-        raise UsageError(f"{where} is not inside a git repository; pass --repo DIR")
-    return top
-
-
 def run_hosts_check(args: argparse.Namespace) -> int:
     """Handle `charpin-remote hosts check`: one line per box and check."""
     from charpin_coordinator.remote.hostcheck import check_hosts
@@ -181,7 +173,7 @@ def run_hosts_check(args: argparse.Namespace) -> int:
     extras: Mapping[str, HostExtras] = {}
     setup: list[str] = []
     try:
-        repo = _toplevel(args.repo)
+        repo = repo_root(args.repo)
     except UsageError:  # not a git checkout: use the folder as given
         repo = args.repo or Path.cwd()
     if (repo / "pyproject.toml").is_file():

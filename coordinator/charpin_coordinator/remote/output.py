@@ -28,19 +28,19 @@ def emit(
     """Print a run's report (text or JSON) and write the extra report files asked for."""
     report = result.report
     if markdown:
-        _write_file(markdown, render_markdown(report).encode())
+        write_file(markdown, render_markdown(report).encode())
     if junit:
-        _write_file(junit, to_junit(report))
+        write_file(junit, to_junit(report))
     if json:
         sys.stdout.buffer.write(encode_json(report))
     else:
         sys.stdout.write(render_text(report, color=sys.stdout.isatty()))
         if show_folder:
-            sys.stdout.write(f"run folder: {_shown(result.folder)}\n")
+            sys.stdout.write(f"run folder: {shown_path(result.folder)}\n")
     sys.stdout.flush()
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def write_file(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         tmp.write_bytes(data)
@@ -49,7 +49,7 @@ def _write_file(path: Path, data: bytes) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror}; pass a writable path") from exc
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     try:
         return os.path.relpath(path)
     except ValueError:

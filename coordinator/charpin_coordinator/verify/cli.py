@@ -4,14 +4,13 @@ the exit code (0 ACCEPT; REJECT sets bit 2; see verify/pipeline.py for the rest)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from charpin_runner.errors import EXIT_CLEAN, UsageError
 
-from charpin_coordinator.gitcmd import toplevel
+from charpin_coordinator.gitcmd import repo_root
 from charpin_coordinator.remote.hosts import parse_host_list
 
 MAX_PATCH_BYTES = 64 * 1024 * 1024
@@ -91,6 +90,7 @@ def add_parsers(sub: Any) -> None:
 def run_verify(args: argparse.Namespace) -> int:
     """Handle `charpin-remote verify`."""
     from charpin_coordinator.remote.display import make_progress
+    from charpin_coordinator.remote.output import shown_path, write_file
     from charpin_coordinator.verify.pipeline import VerifyOptions, encode, verify
     from charpin_coordinator.verify.render import render_junit, render_markdown, render_text
 
@@ -100,7 +100,7 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs {args.jobs} must be at least 1; e.g. --jobs 4")
     if args.sign and not args.bundle:
         raise UsageError("--sign signs the evidence bundle: pass --bundle FILE too")
-    repo = _toplevel(args.repo)
+    repo = repo_root(args.repo)
     names = parse_host_list(args.hosts)
     options = VerifyOptions(
         repo=repo,
@@ -122,16 +122,16 @@ def run_verify(args: argparse.Namespace) -> int:
         result = verify(options, phase=progress.phase)
     report = result.report
     if args.markdown:
-        _write(args.markdown, render_markdown(report).encode())
+        write_file(args.markdown, render_markdown(report).encode())
     if args.junit:
-        _write(args.junit, render_junit(report))
+        write_file(args.junit, render_junit(report))
     if args.bundle:
         _bundle(args.bundle, result, args.sign)
     if args.json:
         sys.stdout.buffer.write(encode(report))
     else:
         sys.stdout.write(render_text(report))
-        sys.stdout.write(f"verify folder: {_shown(result.folder)}\n")
+        sys.stdout.write(f"verify folder: {shown_path(result.folder)}\n")
     sys.stdout.flush()
     from charpin_coordinator.remote.output import warn_disposals
 
@@ -197,30 +197,6 @@ def _read_patch(value: str) -> bytes:
             f"--patch {value} is over {MAX_PATCH_BYTES} bytes; that is not a reviewable patch"
         )
     return data
-
-
-def _toplevel(repo: Path | None) -> Path:
-    where = (repo or Path.cwd()).absolute()
-    top = toplevel(where)
-    if top is None:
-        raise UsageError(f"{where} is not inside a git repository; pass --repo DIR")
-    return top
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}; pass a writable path") from exc
-
-
-def _shown(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
 
 
 __all__ = ["add_parsers"]

@@ -1,11 +1,11 @@
 """Coordinator side; imports only the stdlib, charpin_runner.errors and charpin_coordinator.gitcmd.
 
-An agent's patch becomes a commit in the user's repository without touching its working tree, index,
-HEAD or refs: a format-patch series is split as `git am` splits it (mailsplit, mailinfo), the
-base tree is read into a private index (GIT_INDEX_FILE in a temporary folder), every patch is
-applied to that index with `git apply --cached` in order, and write-tree and commit-tree make an
-unreferenced commit whose parent is the base. git runs with GIT_DIR and GIT_WORK_TREE naming the
-repository's git folder and an empty temporary folder, so a `repo` inside a subfolder, a
+An agent's patch becomes a commit in the user's repository without touching its working tree,
+index, HEAD or refs: a format-patch series is split as `git am` splits it (mailsplit, mailinfo),
+the base tree is read into a private index (GIT_INDEX_FILE in a temporary folder), every patch
+is applied to that index with `git apply --cached` in order, and write-tree and commit-tree make
+an unreferenced commit whose parent is the base. git runs with GIT_DIR and GIT_WORK_TREE naming
+the repository's git folder and an empty temporary folder, so a `repo` inside a subfolder, a
 core.worktree setting or the user's own files can neither narrow nor feed the patch.
 
 The commits are deterministic: a fixed identity, the base's committer date and a message naming
@@ -82,6 +82,14 @@ def from_patch(repo: Path, data: bytes, base_rev: str | None) -> Patched:
         base = _resolve(
             repo, sha, f"the patch's base-commit {sha} is not in {repo}; fetch it or pass --base"
         )
+        # The base decides the configuration and what is protected, and the patch is untrusted:
+        # it may name a base only from the reviewer's own history (HEAD and its ancestors).
+        head = _resolve(repo, "HEAD", f"{repo} has no commit at HEAD; pass --base")
+        if git_run(repo, "merge-base", "--is-ancestor", base, head).returncode != 0:
+            raise UsageError(
+                f"the patch names base-commit {sha[:12]}, which is not HEAD or one of its "
+                "ancestors; pass --base to confirm the base you trust"
+            )
     else:
         base = _resolve(repo, "HEAD", f"{repo} has no commit at HEAD; commit first or pass --base")
     digest = hashlib.sha256(data).hexdigest()
@@ -96,7 +104,8 @@ def from_patch(repo: Path, data: bytes, base_rev: str | None) -> Patched:
         tree = scratch.run("write-tree", what="write-tree").decode("ascii").strip()
     if tree == _tree(repo, base):
         raise UsageError(
-            f"the patch changes nothing in {base[:12]}; pass the agent's actual diff or the right --base"
+            f"the patch changes nothing in {base[:12]}; pass the agent's actual diff or the "
+            "right --base"
         )
     commit = _commit_tree(repo, tree, base, f"charpin verify: patch {digest[:12]}")
     return Patched(
@@ -107,13 +116,13 @@ def from_patch(repo: Path, data: bytes, base_rev: str | None) -> Patched:
 def from_rev(repo: Path, patched_rev: str, base_rev: str | None) -> Patched:
     """The agent's own commit against base (HEAD unless given); the patch is their diff."""
     _git_dir(repo)
-    base = _resolve(
-        repo, base_rev or "HEAD", f"--base {_shown(base_rev or 'HEAD')} is not a commit in {repo}"
-    )
+    base_rev = "HEAD" if base_rev is None else base_rev
+    base = _resolve(repo, base_rev, f"--base {_shown(base_rev)} is not a commit in {repo}")
     patched = _resolve(
         repo,
         patched_rev,
-        f"--patched {_shown(patched_rev)} is not a commit in {repo}; fetch the agent's branch first",
+        f"--patched {_shown(patched_rev)} is not a commit in {repo}; fetch the agent's "
+        "branch first",
     )
     # Every flag that user config could turn the other way (prefixes, colour, external diff,
     # submodules hidden, a relative diff) is given, so the evidence is a patch `git apply` takes.
@@ -237,8 +246,8 @@ class _Scratch:
             reason = _first_error(parsed.stderr)
             if b"No valid patches in input" in reason:
                 raise UsageError(
-                    f"the patch has no diff in it{' (' + which.rstrip(': ') + ')' if which else ''}; "
-                    "pass the output of git diff or git format-patch"
+                    f"the patch has no diff in it{f' ({which[:-2]})' if which else ''}; pass the "
+                    "output of git diff or git format-patch"
                 )
             raise UsageError(
                 f"the patch cannot be read: {which}{_shown(reason)}; pass git diff or git "

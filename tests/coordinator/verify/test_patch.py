@@ -89,12 +89,17 @@ def test_a_plain_diff_becomes_an_unreferenced_commit_on_the_base(repo: Path) -> 
     made = patch.from_patch(repo, data, None)
     assert made.base == base
     assert git(repo, "rev-parse", f"{made.patched}^") == base
-    assert show(repo, made.patched, "src/app.py") == APP.replace("line 3\n", "line three\n").encode()
+    assert (
+        show(repo, made.patched, "src/app.py") == APP.replace("line 3\n", "line three\n").encode()
+    )
     assert made.patch == data
     assert re.fullmatch(r"[0-9a-f]{64}", made.patch_sha256)
     assert made.changed == ("src/app.py",)
     message = git(repo, "log", "-1", "--format=%an <%ae>|%cn|%s", made.patched)
-    assert message == f"charpin verify <verify@charpin.invalid>|charpin verify|charpin verify: patch {made.patch_sha256[:12]}"
+    assert (
+        message
+        == f"charpin verify <verify@charpin.invalid>|charpin verify|charpin verify: patch {made.patch_sha256[:12]}"
+    )
     assert made.patched not in git(repo, "for-each-ref", "--format=%(objectname)")
     # The same patch on the same base is the same commit.
     assert patch.from_patch(repo, data, base).patched == made.patched
@@ -191,7 +196,9 @@ def test_the_base_commit_trailer_is_the_default_base(repo: Path) -> None:
         patch.from_patch(repo, series, "HEAD")
     # A trailer naming a commit this repository lacks says so.
     foreign = series.replace(base.encode(), b"1" * 40)
-    with pytest.raises(UsageError, match=f"base-commit {'1' * 40} is not in .*; fetch it or pass --base"):
+    with pytest.raises(
+        UsageError, match=f"base-commit {'1' * 40} is not in .*; fetch it or pass --base"
+    ):
         patch.from_patch(repo, foreign, None)
 
 
@@ -212,6 +219,20 @@ def test_a_failing_hunk_is_named_in_one_line(repo: Path) -> None:
     assert state(repo) == before
 
 
+def test_a_deleted_line_that_reads_like_a_header_does_not_confuse_the_hunk_count(
+    repo: Path,
+) -> None:
+    # `-- sig` deleted is `--- sig` in the patch: counted as a hunk line, not a file header.
+    text = "-- sig\n" + APP
+    edit(repo, {"src/app.py": text.encode()})
+    git(repo, "commit", "-qam", "signature")
+    data = diff_of(repo, {"src/app.py": APP.replace("line 25\n", "line 25!\n").encode()})
+    edit(repo, {"src/app.py": text.replace("line 26\n", "line 26 moved\n").encode()})
+    git(repo, "commit", "-qam", "upstream")
+    with pytest.raises(UsageError, match=r"src/app.py: patch failed at line 23 \(hunk 2\); "):
+        patch.from_patch(repo, data, None)
+
+
 def test_a_series_names_the_commit_that_fails(repo: Path) -> None:
     base = git(repo, "rev-parse", "HEAD")
     edit(repo, {"README.md": b"hello there\n"})
@@ -222,7 +243,9 @@ def test_a_series_names_the_commit_that_fails(repo: Path) -> None:
     git(repo, "reset", "-q", "--hard", base)
     edit(repo, {"src/util.py": b"def util():\n    return 7\n"})
     git(repo, "commit", "-qam", "upstream")
-    with pytest.raises(UsageError, match=r": commit 2 of 2: src/util.py: patch failed at line 1 \(hunk 1\); "):
+    with pytest.raises(
+        UsageError, match=r": commit 2 of 2: src/util.py: patch failed at line 1 \(hunk 1\); "
+    ):
         patch.from_patch(repo, series, None)
 
 
@@ -230,7 +253,10 @@ def test_a_missing_file_is_named(repo: Path) -> None:
     data = diff_of(repo, {"README.md": b"bye\n"})
     git(repo, "rm", "-q", "README.md")
     git(repo, "commit", "-qm", "gone")
-    with pytest.raises(UsageError, match=r"^the patch does not apply to [0-9a-f]{12}: README.md: does not exist in index; rebase"):
+    with pytest.raises(
+        UsageError,
+        match=r"^the patch does not apply to [0-9a-f]{12}: README.md: does not exist in index; rebase",
+    ):
         patch.from_patch(repo, data, None)
 
 
@@ -246,7 +272,9 @@ def test_a_missing_file_is_named(repo: Path) -> None:
         ),
     ],
 )
-def test_empty_input_and_not_a_patch_are_usage_errors(repo: Path, data: bytes, message: str) -> None:
+def test_empty_input_and_not_a_patch_are_usage_errors(
+    repo: Path, data: bytes, message: str
+) -> None:
     before = state(repo)
     with pytest.raises(UsageError, match=message) as caught:
         patch.from_patch(repo, data, None)
@@ -309,7 +337,6 @@ def test_a_subfolder_or_the_users_config_does_not_change_what_applies(repo: Path
 def test_from_rev_diffs_the_given_commit_against_the_base(repo: Path) -> None:
     base = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-qb", "agent")
-    git(repo, "mv", "README.md", "docs/README.md") if (repo / "docs").is_dir() else None
     edit(repo, {"src/app.py": APP.replace("line 1\n", "").encode(), "bin.dat": bytes(range(256))})
     git(repo, "rm", "-q", "tests/test_app.py")
     git(repo, "add", "-A")
@@ -323,8 +350,12 @@ def test_from_rev_diffs_the_given_commit_against_the_base(repo: Path) -> None:
     assert made.changed == ("bin.dat", "src/app.py", "tests/test_app.py")
     # The evidence is a patch that makes the same tree from base.
     again = patch.from_patch(repo, made.patch, base)
-    assert git(repo, "rev-parse", f"{again.patched}^{{tree}}") == git(repo, "rev-parse", f"{agent}^{{tree}}")
-    with pytest.raises(UsageError, match="^--patched nope is not a commit in .*; fetch the agent's branch"):
+    assert git(repo, "rev-parse", f"{again.patched}^{{tree}}") == git(
+        repo, "rev-parse", f"{agent}^{{tree}}"
+    )
+    with pytest.raises(
+        UsageError, match=r"^--patched nope is not a commit in .*; fetch the agent's branch"
+    ):
         patch.from_rev(repo, "nope", None)
     with pytest.raises(UsageError, match="does not differ from the base"):
         patch.from_rev(repo, "main", None)
@@ -366,9 +397,7 @@ def test_restore_from_base_removes_what_the_patch_added_under_a_folder(repo: Pat
 def test_restore_from_base_brings_back_a_deleted_file_and_its_mode(repo: Path) -> None:
     (repo / "src/util.py").chmod(0o755)
     git(repo, "commit", "-qam", "executable")
-    made = patch.from_patch(
-        repo, diff_of(repo, {"src/util.py": None, "README.md": b"bye\n"}), None
-    )
+    made = patch.from_patch(repo, diff_of(repo, {"src/util.py": None, "README.md": b"bye\n"}), None)
     restored = patch.restore_from_base(repo, made, ["src/util.py", "not/touched"])
     assert show(repo, restored, "src/util.py") == b"def util():\n    return 1\n"
     assert mode(repo, restored, "src/util.py") == "100755"
@@ -390,3 +419,21 @@ def test_restore_from_base_with_nothing_touched_returns_the_patched_commit(repo:
     made = patch.from_patch(repo, diff_of(repo, {"README.md": b"bye\n"}), None)
     assert patch.restore_from_base(repo, made, ["tests", "src/app.py"]) == made.patched
     assert patch.restore_from_base(repo, made, []) == made.patched
+
+
+def test_a_base_commit_outside_the_reviewers_history_is_refused(repo: Path) -> None:
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "elsewhere")
+    (repo / "src" / "app.py").write_text("VALUE = 'a base the reviewer never had'\n")
+    git(repo, "commit", "-qam", "elsewhere")
+    side = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "agent")
+    (repo / "src" / "app.py").write_text("VALUE = 'agent'\n")
+    git(repo, "commit", "-qam", "agent")
+    series = run(repo, "format-patch", "--stdout", f"--base={side}", f"{side}..agent")
+    git(repo, "checkout", "-q", base)
+    # The base decides the configuration: an untrusted patch may not pick one the reviewer
+    # never had.
+    with pytest.raises(UsageError, match="not HEAD or one of its ancestors; pass --base"):
+        patch.from_patch(repo, series, None)
+    assert patch.from_patch(repo, series, side).base == side  # confirmed by the reviewer
