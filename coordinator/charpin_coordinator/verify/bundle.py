@@ -1,48 +1,74 @@
-"""Coordinator side; stdlib, msgspec (through receipts.py) and OpenSSH's ssh-keygen. The
-evidence bundle of a verify: one file that binds the patch, both receipts of every box and the
-verdict, optionally signed with `ssh-keygen -Y sign`, and re-checked by `verify-bundle`.
-
-Format (`charpin-verify-bundle-v1`): an uncompressed POSIX tar with fixed metadata holding
-`manifest.json`, `patch.diff`, `verdict.json`, `boxes/<n>/base.json`, `boxes/<n>/patched.json`
-and, when signed, `manifest.json.sig`. The manifest names the base and patched commits, the
-patch's sha256, the verdict and the sha256 of every other member; the signature covers the
-manifest's bytes under the namespace `charpin-verify-v1`. Reading refuses anything that is not
-exactly that: links, devices, absolute or `..` names, duplicates, extra or missing members,
-hashes that differ, receipts of another commit or patch, a verdict that says something else.
-"""
+"""Coordinator side, the evidence bundle of a verify; stdlib, receipts.py and OpenSSH ssh-keygen."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
+import os
+import re
 import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Literal
 
 from charpin_runner.errors import IntegrityError, UsageError
 from charpin_runner.receipt import MAX_RECEIPT_BYTES
 
 from charpin_coordinator.receipts import load_receipt
 
+# The format, `charpin-verify-bundle-v1`: an uncompressed POSIX (ustar) tar whose members have
+# fixed metadata and a fixed order, so the same evidence always gives the same bytes:
+#   manifest.json                   binds everything below by sha256, and the two commits
+#   patch.diff, verdict.json        the patch as given, the verify report (its JSON)
+#   boxes/NNN-<slug>/base.json      per box, in label order: the receipt of the base run
+#   boxes/NNN-<slug>/patched.json   and of the patched run
+#   manifest.json.sig               optional: `ssh-keygen -Y sign -n charpin-verify-v1` of it
+# The manifest is the only thing signed; every other member is reached through its hashes.
 FORMAT = "charpin-verify-bundle-v1"
 SIGNING_NAMESPACE = "charpin-verify-v1"
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
-_MAX_SMALL = 16 * 1024 * 1024  # manifest, verdict, signature
-_MAX_PATCH = 64 * 1024 * 1024
+MANIFEST = "manifest.json"
+SIGNATURE = "manifest.json.sig"
+_CAPS = {
+    MANIFEST: 4 * 1024 * 1024,
+    SIGNATURE: 64 * 1024,  # an SSHSIG armour is a few KiB even for the largest RSA keys
+    "patch.diff": 64 * 1024 * 1024,  # verify refuses patches over this size
+    "verdict.json": 64 * 1024 * 1024,
+}
+_MAX_MEMBERS = 4096
 _OUTCOMES = ("ACCEPT", "REJECT", "INCOMPLETE")
+_COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256 repositories
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_MTIME = 946684800  # 2000-01-01: a fixed time keeps the bytes reproducible
+_KEYGEN_SECONDS = 120  # long enough to type a key's passphrase at ssh-keygen's prompt
+_BLOCK = 512
+_MANIFEST_KEYS = {"format", "base", "patched", "patch_sha256", "outcome", "verdict_sha256", "boxes"}
+_BOX_KEYS = {"label", "folder", "base_sha256", "patched_sha256"}
+_KINDS = {
+    tarfile.SYMTYPE: "a symbolic link",
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a FIFO",
+    tarfile.DIRTYPE: "a directory",
+}
+
+Signature = Literal["absent", "unchecked", "verified"]
 
 
 @dataclass(frozen=True)
 class Evidence:
     """What one verify found, to be bound into a bundle."""
 
-    base: str
-    patched: str
+    base: str  # base commit sha
+    patched: str  # the commit the patched runs ran
     patch: bytes
     receipts: dict[str, tuple[bytes, bytes]]  # box label -> (base receipt, patched receipt)
     verdict: bytes  # the verify report, JSON
@@ -56,233 +82,481 @@ class Checked:
     manifest: dict[str, Any]
     verdict: bytes
     outcome: str
-    signed: bool
-    signer: str | None  # the principal, when the signature was verified
+    signer: str | None  # the principal whose key signed it, only when the signature was verified
+    # absent: no signature; unchecked: one is there but no allowed_signers were given to check
+    # it against, so it proves nothing; verified: it verifies for `signer`.
+    signature: Signature
+
+    @property
+    def signed(self) -> bool:
+        """A signature is in the bundle, checked or not."""
+        return self.signature != "absent"
 
 
 def write_bundle(path: Path, evidence: Evidence, *, sign_key: Path | None = None) -> None:
-    """Write the bundle atomically (a temporary name, then rename); never over a file."""
+    """Write the bundle; refuse evidence read_bundle would refuse, and never write over a file."""
     if path.exists():
         raise UsageError(f"{path} already exists; bundles are never overwritten, pick another")
-    members: dict[str, bytes] = {"patch.diff": evidence.patch, "verdict.json": evidence.verdict}
-    boxes = []
+    members = _members_of(evidence)
+    _check_members(members, f"refusing to write {path}", "the verify evidence is inconsistent")
+    if sign_key is not None:
+        members[SIGNATURE] = _sign(members[MANIFEST], sign_key)
+    if (
+        sum(_BLOCK + _padded(len(d)) for d in members.values()) + tarfile.RECORDSIZE
+        > MAX_BUNDLE_BYTES
+    ):
+        raise UsageError(
+            f"refusing to write {path}: over the {MAX_BUNDLE_BYTES}-byte bundle cap; "
+            "verify fewer boxes"
+        )
+    _write_new(path, members)
+
+
+def read_bundle(path: Path, *, allowed_signers: Path | None = None) -> Checked:
+    """Re-check every member, hash, binding and (with allowed_signers) the signature."""
+    if allowed_signers is not None and not allowed_signers.is_file():
+        raise UsageError(
+            f"cannot read {allowed_signers}; pass an allowed_signers file (see ssh-keygen(1))"
+        )
+    members = _read_tar(path)
+    where = str(path)
+    signature = members.pop(SIGNATURE, None)
+    signer: str | None = None
+    state: Signature = "absent" if signature is None else "unchecked"
+    if allowed_signers is not None:
+        if signature is None:
+            raise IntegrityError(
+                f"{where}: the bundle is not signed and allowed signers were given; refused"
+            )
+        # First: with a signer list, nothing in a manifest nobody trusted is worth reading.
+        signer = _verify(members.get(MANIFEST, b""), signature, allowed_signers, where)
+        state = "verified"
+    manifest = _check_members(members, where, "the bundle is refused")
+    outcome = str(manifest["outcome"])
+    return Checked(manifest, members["verdict.json"], outcome, signer, state)
+
+
+# Building.
+
+
+def _members_of(evidence: Evidence) -> dict[str, bytes]:
+    if not isinstance(evidence.receipts, dict):
+        raise UsageError("Evidence.receipts must map box labels to (base, patched) receipt bytes")
+    boxes: list[dict[str, str]] = []
+    members = {"patch.diff": evidence.patch, "verdict.json": evidence.verdict}
     for number, label in enumerate(sorted(evidence.receipts), 1):
         before, after = evidence.receipts[label]
-        members[f"boxes/{number}/base.json"] = before
-        members[f"boxes/{number}/patched.json"] = after
-        boxes.append({"label": label, "folder": f"boxes/{number}"})
+        folder = _folder(number, label)
+        members[f"{folder}/base.json"], members[f"{folder}/patched.json"] = before, after
+        boxes.append(
+            {"label": label, "folder": folder, "base_sha256": _sha(before),
+             "patched_sha256": _sha(after)}
+        )  # fmt: skip
     manifest = {
         "format": FORMAT,
         "base": evidence.base,
         "patched": evidence.patched,
         "patch_sha256": _sha(evidence.patch),
         "outcome": evidence.outcome,
+        "verdict_sha256": _sha(evidence.verdict),
         "boxes": boxes,
-        "files": {name: _sha(data) for name, data in sorted(members.items())},
     }
-    manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
-    ordered = [("manifest.json", manifest_bytes), *sorted(members.items())]
-    if sign_key is not None:
-        ordered.append(("manifest.json.sig", _sign(manifest_bytes, sign_key)))
-    tmp = path.with_name(f".{path.name}.partial")
+    encoded = json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+    return {MANIFEST: encoded.encode("ascii"), **members}
+
+
+def _folder(number: int, label: str) -> str:
+    """A member folder for a box: its place in label order, then a readable slug.
+
+    The number alone makes it unique and safe; the slug only helps a human reading the tar.
+    Only [A-Za-z0-9_-] survive, so no label can make `..`, `/`, a quote or a control character.
+    """
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "_", label)[:40].strip("_") or "box"
+    return f"boxes/{number:03d}-{slug}"
+
+
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
+
+
+def _write_new(path: Path, members: dict[str, bytes]) -> None:
+    """Write a temporary file, then hard-link it into place: link() fails when `path` exists,
+    so a bundle (the evidence someone may already hold) is never replaced, even in a race."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-            for name, data in ordered:
-                info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = len(data), 0o644, 946728000
-                info.uname = info.gname = ""
-                tar.addfile(info, io.BytesIO(data))
-        tmp.rename(path)
+        handle = open(tmp, "xb")  # closed by the `with` below, before the link
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {tmp}: {exc.strerror}; pass a writable path") from exc
+    try:
+        with handle:
+            _tar_into(handle, members)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _place(tmp, path)
+    except FileExistsError:
+        raise UsageError(
+            f"{path} already exists; bundles are never overwritten, pick another"
+        ) from None
+    except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}; pass a writable path") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def read_bundle(path: Path, *, allowed_signers: Path | None = None) -> Checked:
-    """Re-check every member, binding and (with allowed_signers) the signature."""
-    members = _members(path)
-    manifest_bytes = members.pop("manifest.json", None)
-    if manifest_bytes is None:
-        raise IntegrityError(f"{path}: no manifest.json; this is not a charpin evidence bundle")
+def _place(tmp: Path, path: Path) -> None:
     try:
-        manifest = json.loads(manifest_bytes)
-    except ValueError:
-        raise IntegrityError(f"{path}: manifest.json is not JSON; the bundle is refused") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise IntegrityError(f"{path}: not a {FORMAT} bundle; the bundle is refused")
-    signature = members.pop("manifest.json.sig", None)
-    listed = manifest.get("files")
-    if not isinstance(listed, dict) or set(listed) != set(members):
-        extra = sorted(set(members) - set(listed or {}))
-        missing = sorted(set(listed or {}) - set(members))
-        raise IntegrityError(
-            f"{path}: members differ from the manifest (extra {extra}, missing {missing}); "
-            "the bundle is refused"
-        )
-    for name, data in sorted(members.items()):
-        if _sha(data) != listed[name]:
-            raise IntegrityError(
-                f"{path}: {name} does not match its sha256 in the manifest; refused"
-            )
-    if _sha(members["patch.diff"]) != manifest.get("patch_sha256"):
-        raise IntegrityError(f"{path}: patch.diff is not the patch the manifest names; refused")
-    outcome = _check_verdict(path, manifest, members["verdict.json"])
-    _check_receipts(path, manifest, members)
-    signer = None
-    if allowed_signers is not None:
-        if signature is None:
-            raise IntegrityError(
-                f"{path}: the bundle is not signed, and --allowed-signers asks for it"
-            )
-        signer = _verify(manifest_bytes, signature, allowed_signers, path)
-    return Checked(manifest, members["verdict.json"], outcome, signature is not None, signer)
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        # Some file systems (FAT, some network mounts) have no hard links: check, then rename.
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        if path.exists():
+            raise FileExistsError(path) from None
+        os.rename(tmp, path)
 
 
-def _members(path: Path) -> dict[str, bytes]:
+def _tar_into(handle: IO[bytes], members: dict[str, bytes]) -> None:
+    with tarfile.open(fileobj=handle, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, _MTIME
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            # BytesIO over bytes shares their buffer: a big receipt is not copied.
+            tar.addfile(info, io.BytesIO(data))
+
+
+# Reading: the archive is untrusted input, read into memory member by member, never extracted.
+
+
+def _read_tar(path: Path) -> dict[str, bytes]:
     try:
-        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            facts = os.fstat(handle.fileno())
+            if not stat.S_ISREG(facts.st_mode):
+                raise IntegrityError(f"{path}: not a regular file; pass an evidence bundle")
+            if facts.st_size > MAX_BUNDLE_BYTES:
+                raise IntegrityError(
+                    f"{path}: {facts.st_size} bytes is over the {MAX_BUNDLE_BYTES}-byte bundle "
+                    "cap; refused"
+                )
+            return _members_read(handle, facts.st_size, str(path))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}; pass an evidence bundle") from exc
-    if size > MAX_BUNDLE_BYTES:
-        raise IntegrityError(f"{path}: {size} bytes is over the {MAX_BUNDLE_BYTES}-byte cap")
+
+
+def _members_read(handle: IO[bytes], size: int, where: str) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     try:
-        with tarfile.open(path, "r:") as tar:
-            for member in tar:
-                name = member.name
-                if not member.isfile():
-                    raise IntegrityError(f"{path}: member {name!r} is not a regular file; refused")
-                parts = name.split("/")
-                if name.startswith("/") or ".." in parts or "" in parts or "\\" in name:
-                    raise IntegrityError(f"{path}: member name {name!r} is unsafe; refused")
+        with tarfile.open(fileobj=handle, mode="r:") as tar:
+            for member in _each(tar, where):
+                name = _safe_name(member, where)
                 if name in out:
-                    raise IntegrityError(f"{path}: member {name!r} appears twice; refused")
-                cap = _cap(name)
-                if member.size > cap:
-                    raise IntegrityError(f"{path}: member {name!r} is over its {cap}-byte cap")
-                handle = tar.extractfile(member)
-                data = handle.read() if handle is not None else b""
-                if len(data) != member.size:
-                    raise IntegrityError(f"{path}: member {name!r} is truncated; refused")
-                out[name] = data
+                    # tarfile would let the second copy win: a reviewer's tar tool may show the
+                    # first. Two readings of one bundle must not exist.
+                    raise IntegrityError(f"{where}: member {name!r} appears twice; refused")
+                out[name] = _read_member(tar, member, name, where)
+            end = tar.offset
     except (tarfile.TarError, EOFError) as exc:
         raise IntegrityError(
-            f"{path}: not a readable tar archive ({exc}); truncated? refused"
+            f"{where}: not a readable tar archive ({_line(str(exc))}), truncated or damaged; "
+            "refused"
         ) from None
+    _check_end(handle, end, size, where)
     return out
+
+
+def _each(tar: tarfile.TarFile, where: str) -> Iterator[tarfile.TarInfo]:
+    count = 0
+    while (member := tar.next()) is not None:
+        count += 1
+        if count > _MAX_MEMBERS:
+            raise IntegrityError(f"{where}: over {_MAX_MEMBERS} members; refused")
+        yield member
+
+
+def _safe_name(member: tarfile.TarInfo, where: str) -> str:
+    name = member.name
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
+        raise IntegrityError(f"{where}: member name {name!r} is unsafe (absolute or ..); refused")
+    if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+        kind = _KINDS.get(member.type, f"of tar type {member.type!r}")
+        raise IntegrityError(f"{where}: member {name!r} is {kind}, not a regular file; refused")
+    return name
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, where: str) -> bytes:
+    cap = _cap(name)
+    if member.size > cap:
+        raise IntegrityError(f"{where}: member {name!r} is over its {cap}-byte cap; refused")
+    handle = tar.extractfile(member)
+    data = handle.read() if handle is not None else b""
+    if len(data) != member.size:
+        raise IntegrityError(f"{where}: member {name!r} is truncated; refused")
+    return data
 
 
 def _cap(name: str) -> int:
     if name.startswith("boxes/"):
         return MAX_RECEIPT_BYTES
-    return _MAX_PATCH if name == "patch.diff" else _MAX_SMALL
+    return _CAPS.get(name, _CAPS[SIGNATURE])  # an unknown member is refused later anyway
 
 
-def _check_verdict(path: Path, manifest: dict[str, Any], verdict: bytes) -> str:
-    try:
-        report = json.loads(verdict)
-    except ValueError:
-        raise IntegrityError(f"{path}: verdict.json is not JSON; refused") from None
-    outcome = manifest.get("outcome")
-    said = report.get("verdict") if isinstance(report, dict) else None
-    if outcome not in _OUTCOMES or said != outcome:
+def _check_end(handle: IO[bytes], end: int, size: int, where: str) -> None:
+    """A tar ends with two zero blocks. tarfile stops quietly at a header cut short, so a bundle
+    cut at a member boundary would read as one with fewer members: the end marker is demanded."""
+    handle.seek(end)
+    tail = handle.read(size - end)
+    if len(tail) < 2 * _BLOCK or tail.strip(b"\0"):
         raise IntegrityError(
-            f"{path}: the verdict says {said!r}, the manifest {outcome!r}; refused"
+            f"{where}: the archive is truncated or has data after its last member; refused"
         )
-    for key in ("base", "patched", "patch_sha256"):
-        if report.get(key) != manifest.get(key):
-            raise IntegrityError(f"{path}: the verdict's {key} is not the manifest's; refused")
-    return str(outcome)
 
 
-def _check_receipts(path: Path, manifest: dict[str, Any], members: dict[str, bytes]) -> None:
-    boxes = manifest.get("boxes")
-    if not isinstance(boxes, list):
-        raise IntegrityError(f"{path}: the manifest lists no boxes; refused")
-    for box in boxes:
-        label, folder = str(box.get("label")), str(box.get("folder"))
-        for side, commit in (("base", manifest.get("base")), ("patched", manifest.get("patched"))):
-            name = f"{folder}/{side}.json"
-            if name not in members:
-                raise IntegrityError(f"{path}: {label}'s {side} receipt is missing; refused")
-            receipt = load_receipt(members[name], source=f"{path}:{name}")
-            ran = receipt.identity.head_before
-            if ran != commit:
+# Checking: the same checks for writing and reading, so a bundle written always reads back.
+
+
+def _check_members(members: dict[str, bytes], where: str, fate: str) -> dict[str, Any]:
+    raw = members.get(MANIFEST)
+    if raw is None:
+        raise IntegrityError(f"{where}: no {MANIFEST}; not a charpin evidence bundle, {fate}")
+    for name, data in members.items():
+        if len(data) > _cap(name):
+            raise IntegrityError(f"{where}: {name} is over its {_cap(name)}-byte cap; {fate}")
+    manifest = _manifest(raw, where, fate)
+    expected = _expected(manifest)
+    extra, missing = sorted(set(members) - set(expected)), sorted(set(expected) - set(members))
+    if extra or missing:
+        raise IntegrityError(
+            f"{where}: members differ from the manifest (extra {extra}, missing {missing}); {fate}"
+        )
+    for name, want in expected.items():
+        if want is not None and _sha(members[name]) != want:
+            raise IntegrityError(
+                f"{where}: {name} does not match its sha256 in the manifest; {fate}"
+            )
+    _check_verdict(manifest, members["verdict.json"], where, fate)
+    _check_receipts(manifest, members, where, fate)
+    return manifest
+
+
+def _manifest(raw: bytes, where: str, fate: str) -> dict[str, Any]:
+    problem = f"{where}: {MANIFEST} is not a {FORMAT} manifest"
+    data = _json(raw, f"{problem} (bad JSON); {fate}")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise IntegrityError(f"{problem}; {fate}")
+    if set(data) != _MANIFEST_KEYS:
+        raise IntegrityError(f"{problem} (keys {sorted(data)}); {fate}")
+    for key, pattern in (("base", _COMMIT), ("patched", _COMMIT), ("patch_sha256", _SHA256),
+                         ("verdict_sha256", _SHA256)):  # fmt: skip
+        if not isinstance(data[key], str) or not pattern.fullmatch(data[key]):
+            raise IntegrityError(f"{problem} ({key} {_short(data[key])}); {fate}")
+    if data["outcome"] not in _OUTCOMES:
+        raise IntegrityError(f"{problem} (outcome {_short(data['outcome'])}); {fate}")
+    boxes = data["boxes"]
+    if not isinstance(boxes, list) or len(boxes) > _MAX_MEMBERS:
+        raise IntegrityError(f"{problem} (boxes is not a list); {fate}")
+    labels: list[str] = []
+    for number, box in enumerate(boxes, 1):
+        if not isinstance(box, dict) or set(box) != _BOX_KEYS:
+            raise IntegrityError(f"{problem} (box {number}); {fate}")
+        label = box["label"]
+        if not isinstance(label, str) or box["folder"] != _folder(number, label):
+            # The folder is derived, never taken: a manifest cannot point outside boxes/.
+            raise IntegrityError(f"{problem} (box {number}'s folder); {fate}")
+        if not all(isinstance(box[k], str) and _SHA256.fullmatch(box[k])
+                   for k in ("base_sha256", "patched_sha256")):  # fmt: skip
+            raise IntegrityError(f"{problem} (box {label!r}'s hashes); {fate}")
+        labels.append(label)
+    if labels != sorted(set(labels)):
+        raise IntegrityError(f"{problem} (box labels repeated or out of order); {fate}")
+    return data
+
+
+def _expected(manifest: dict[str, Any]) -> dict[str, str | None]:
+    """Every member the manifest implies, with its sha256 (None: the manifest itself)."""
+    out: dict[str, str | None] = {
+        MANIFEST: None,
+        "patch.diff": manifest["patch_sha256"],
+        "verdict.json": manifest["verdict_sha256"],
+    }
+    for box in manifest["boxes"]:
+        out[f"{box['folder']}/base.json"] = box["base_sha256"]
+        out[f"{box['folder']}/patched.json"] = box["patched_sha256"]
+    return out
+
+
+def _check_verdict(manifest: dict[str, Any], verdict: bytes, where: str, fate: str) -> None:
+    report = _json(verdict, f"{where}: verdict.json is not JSON; {fate}")
+    said = report.get("verdict") if isinstance(report, dict) else None
+    if said != manifest["outcome"]:
+        raise IntegrityError(
+            f"{where}: verdict.json says {_short(said)}, the manifest "
+            f"{manifest['outcome']!r}; {fate}"
+        )
+    # Not `patched`: the report names the agent's commit, while the patched runs ran that
+    # commit with the protected paths put back, which the manifest (and the receipts) name.
+    for key in ("base", "patch_sha256"):
+        if report.get(key) != manifest[key]:
+            raise IntegrityError(
+                f"{where}: verdict.json's {key} is {_short(report.get(key))}, the manifest's "
+                f"{_short(manifest[key])}; it judged something else, {fate}"
+            )
+
+
+def _check_receipts(
+    manifest: dict[str, Any], members: dict[str, bytes], where: str, fate: str
+) -> None:
+    for box in manifest["boxes"]:
+        label = box["label"]
+        for side in ("base", "patched"):
+            name = f"{box['folder']}/{side}.json"
+            receipt = load_receipt(members[name], source=f"{where}: {name}")
+            identity = receipt.identity
+            commit = manifest[side]
+            if identity.head_before != commit:
                 raise IntegrityError(
-                    f"{path}: {label}'s {side} receipt ran {ran[:12]}, not {str(commit)[:12]}; refused"
+                    f"{where}: box {label!r}: the {side} receipt ran "
+                    f"{identity.head_before[:12]}, not the manifest's {side} "
+                    f"{commit[:12]}; it is another commit's receipt, {fate}"
                 )
-            want = manifest.get("patch_sha256") if side == "patched" else None
-            if receipt.identity.patch_sha256 != want:
+            if identity.expected_commit not in (None, commit):
                 raise IntegrityError(
-                    f"{path}: {label}'s {side} receipt was made for another patch; refused"
+                    f"{where}: box {label!r}: the {side} receipt was asked to run "
+                    f"{_short(identity.expected_commit)}, not the manifest's {side}; {fate}"
                 )
+            # The base ran no patch; the patched run must have run exactly this one.
+            want = manifest["patch_sha256"] if side == "patched" else None
+            if identity.patch_sha256 != want:
+                raise IntegrityError(
+                    f"{where}: box {label!r}: the {side} receipt was made for patch "
+                    f"{_short(identity.patch_sha256)}, not {_short(want)}; it is another "
+                    f"patch's receipt, {fate}"
+                )
+
+
+def _json(raw: bytes, refusal: str) -> Any:
+    try:
+        return json.loads(raw, object_pairs_hook=_no_repeats)
+    except (ValueError, RecursionError):
+        raise IntegrityError(refusal) from None
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of two equal keys; another reader may keep the first.
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("a key appears twice")
+    return out
+
+
+# Signatures: OpenSSH's own ssh-keygen -Y, run with files in a private temporary folder.
 
 
 def _keygen() -> str:
     found = shutil.which("ssh-keygen")
     if found is None:
         raise UsageError(
-            "ssh-keygen is not installed; install openssh-client to sign or check bundles"
+            "ssh-keygen is not on PATH; install openssh-client to sign or check bundles"
         )
     return found
 
 
-def _sign(data: bytes, key: Path) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="charpin-sign-") as tmp:
-        message = Path(tmp) / "manifest.json"
-        message.write_bytes(data)
-        done = subprocess.run(
-            [_keygen(), "-Y", "sign", "-q", "-f", str(key), "-n", SIGNING_NAMESPACE, str(message)],
+def _run(argv: list[str], data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    try:
+        # No stdin when there is no data: ssh-keygen would read a passphrase or message from it.
+        return subprocess.run(
+            argv,
+            input=data,
+            stdin=subprocess.DEVNULL if data is None else None,
             capture_output=True,
-            stdin=subprocess.DEVNULL,
-            timeout=60,
+            timeout=_KEYGEN_SECONDS,
             check=False,
         )
-        signature = Path(f"{message}.sig")
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"ssh-keygen -Y {argv[2]} did not finish in {_KEYGEN_SECONDS}s; "
+            "use an unencrypted key or one in ssh-agent"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot run ssh-keygen: {exc.strerror}; install openssh-client") from exc
+
+
+def _sign(manifest: bytes, key: Path) -> bytes:
+    if not key.is_file():
+        raise UsageError(f"cannot read signing key {key}; pass an SSH private key file")
+    with tempfile.TemporaryDirectory(prefix="charpin-sign-") as tmp:
+        message = Path(tmp) / MANIFEST
+        message.write_bytes(manifest)
+        argv = [_keygen(), "-Y", "sign", "-f", str(key), "-n", SIGNING_NAMESPACE, str(message)]
+        done = _run(argv)
+        signature = Path(tmp) / SIGNATURE
         if done.returncode != 0 or not signature.is_file():
-            reason = " ".join(done.stderr.decode("utf-8", "replace").split()) or "no reason given"
-            raise UsageError(f"ssh-keygen could not sign with {key}: {reason}; pass a private key")
+            raise UsageError(
+                f"ssh-keygen cannot sign with {key}: {_reason(done.stderr)}; "
+                "pass a usable SSH private key (mode 600)"
+            )
         return signature.read_bytes()
 
 
-def _verify(data: bytes, signature: bytes, allowed: Path, path: Path) -> str:
-    with tempfile.TemporaryDirectory(prefix="charpin-verify-sig-") as tmp:
-        sig = Path(tmp) / "manifest.json.sig"
+def _verify(manifest: bytes, signature: bytes, allowed: Path, where: str) -> str:
+    with tempfile.TemporaryDirectory(prefix="charpin-check-") as tmp:
+        sig = Path(tmp) / SIGNATURE
         sig.write_bytes(signature)
-        found = subprocess.run(
-            [_keygen(), "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)],
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            timeout=60,
-            check=False,
-        )
-        principals = found.stdout.decode("utf-8", "replace").split()
-        if found.returncode != 0 or not principals:
-            raise IntegrityError(f"{path}: the signature is by no key in {allowed}; refused")
-        principal = principals[0]
-        done = subprocess.run(
-            [
-                _keygen(),
-                "-Y",
-                "verify",
-                "-f",
-                str(allowed),
-                "-I",
-                principal,
-                "-n",
-                SIGNING_NAMESPACE,
-                "-s",
-                str(sig),
-            ],
-            input=data,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
+        keygen = _keygen()
+        # find-principals only matches the signature's key against the list; -Y verify then
+        # checks the signature over the manifest's bytes, the namespace and the key's options.
+        found = _run([keygen, "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)])
+        principals = found.stdout.decode("utf-8", "replace").split("\n")
+        principal = principals[0].strip()
+        if found.returncode != 0 or not principal:
+            raise IntegrityError(
+                f"{where}: the signature is by no key in {allowed} ({_reason(found.stderr)}); "
+                "refused"
+            )
+        done = _run(
+            [keygen, "-Y", "verify", "-f", str(allowed), "-I", principal,
+             "-n", SIGNING_NAMESPACE, "-s", str(sig)],
+            manifest,
+        )  # fmt: skip
         if done.returncode != 0:
-            raise IntegrityError(f"{path}: the signature does not verify for {principal}; refused")
+            raise IntegrityError(
+                f"{where}: the signature does not verify for {principal!r} over {MANIFEST} "
+                f"({_reason(done.stderr)}); refused"
+            )
         return principal
+
+
+def _reason(stderr: bytes) -> str:
+    """ssh-keygen's one line worth showing: not its @@@ banners, prompts or progress lines."""
+    for line in stderr.decode("utf-8", "replace").splitlines():
+        text = " ".join(line.replace("Enter passphrase:", "").split())
+        if text and not text.startswith("@") and not text.startswith(("Signing", "Write")):
+            return text[:300]
+    return "no reason given"
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())[:200]
+
+
+def _short(value: object) -> str:
+    return repr(value)[:80]
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+__all__ = [
+    "FORMAT",
+    "MAX_BUNDLE_BYTES",
+    "SIGNING_NAMESPACE",
+    "Checked",
+    "Evidence",
+    "read_bundle",
+    "write_bundle",
+]

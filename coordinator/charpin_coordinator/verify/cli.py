@@ -165,14 +165,15 @@ def _bundle(path: Path, result: Any, sign: Path | None) -> None:
     from charpin_coordinator.verify.pipeline import encode
 
     receipts: dict[str, tuple[bytes, bytes]] = {}
-    base = {o.label: o.raw_receipt for o in result.base_run.outcomes}
+    # Only boxes whose two receipts were both accepted (sealed, decoded) are evidence.
+    base = {o.label: o.raw_receipt for o in result.base_run.outcomes if o.receipt is not None}
     for outcome in result.patched_run.outcomes:
         before, after = base.get(outcome.label), outcome.raw_receipt
         if before is not None and after is not None and outcome.receipt is not None:
             receipts[outcome.label] = (before, after)
     evidence = Evidence(
         base=result.patched.base,
-        patched=result.report.patched,
+        patched=result.report.ran,  # the commit the patched receipts ran
         patch=result.patched.patch,
         receipts=receipts,
         verdict=encode(result.report),

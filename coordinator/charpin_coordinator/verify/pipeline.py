@@ -127,7 +127,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         base_options, commit=runs, run_id="patched", patch_sha256=made.patch_sha256
     )
     patched_run = run(plan(patched_options), phase=phase)
-    report = judge(made, base_run, patched_run, facts)
+    report = judge(made, base_run, patched_run, facts, ran=runs)
     write_atomic(folder / "patch.diff", made.patch)
     write_atomic(folder / "verify.json", encode(report))
     interrupted = base_run.interrupted or patched_run.interrupted
@@ -147,7 +147,12 @@ def touched(changed: Sequence[str], paths: Sequence[str]) -> list[str]:
 
 
 def judge(
-    made: patch.Patched, base_run: RunResult, patched_run: RunResult, facts: gates.PatchFacts
+    made: patch.Patched,
+    base_run: RunResult,
+    patched_run: RunResult,
+    facts: gates.PatchFacts,
+    *,
+    ran: str,
 ) -> VerifyReport:
     """The verify report from both runs and the facts about the patch."""
     base = {o.label: o.receipt for o in base_run.outcomes if o.receipt is not None}
@@ -179,6 +184,7 @@ def judge(
         verdict=outcome,
         base=made.base,
         patched=made.patched,
+        ran=ran,
         patch_sha256=made.patch_sha256,
         changed=list(made.changed),
         boxes=boxes,

@@ -73,7 +73,8 @@ class VerifyReport(Base):
     version: int
     verdict: Verdict
     base: str
-    patched: str
+    patched: str  # the commit the patch makes of the base
+    ran: str  # the commit the patched runs ran: patched, with every protected path as on base
     patch_sha256: str
     changed: list[str]
     boxes: list[BoxVerdict]

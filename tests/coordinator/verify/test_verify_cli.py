@@ -323,3 +323,18 @@ def test_verify_writes_a_signed_bundle_that_verify_bundle_accepts(
     assert main(["verify-bundle", str(bundle), "--allowed-signers", str(allowed)]) == 0
     line = capsys.readouterr().out
     assert "checks · REJECT" in line and "signed by reviewer@example" in line
+
+
+def test_a_bundle_binds_the_commit_that_ran_when_protected_paths_were_put_back(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = replaced(repo, CODE, '"; row skipped"', '" (row skipped)"')
+    pins = (repo / "pins.jsonl").read_text().replace("row skipped", "(row skipped)")
+    bundle = tmp_path / "evidence.tar"
+    _, report = verify(
+        repo, agent_patch(repo, {CODE: text, "pins.jsonl": pins}), "--bundle", str(bundle)
+    )
+    assert report["verdict"] == "REJECT" and report["ran"] != report["patched"]
+    capsys.readouterr()
+    assert main(["verify-bundle", str(bundle)]) == 0
+    assert "checks · REJECT" in capsys.readouterr().out

@@ -27,6 +27,7 @@ def _report() -> VerifyReport:
         verdict=gates.verdict(everything, 1),
         base="b" * 40,
         patched="p" * 40,
+        ran="p" * 40,
         patch_sha256="c" * 64,
         changed=["a.py"],
         boxes=[BoxVerdict(label="clean", verdict="REJECT", base="ok", patched="ok")],
