@@ -89,3 +89,15 @@ def test_runner_and_coordinator_refuse_the_same_config_with_the_same_path(table,
 def test_a_good_table_decodes_identically_on_both_sides():
     table = {"watch": ["data"], "outputs": ["out/"], "timeout": 30, "env_allow": ["FOO"]}
     assert decode_table(table) == runner_config.from_table(table)
+
+
+def test_the_fast_to_dict_is_exactly_dataclasses_asdict():
+    import dataclasses
+
+    from charpin_runner.receipt import PinResult, Pins, to_dict
+
+    from tests.receipt_factory import change, stale_local
+
+    pin = PinResult("p", "failed", 1, "a" * 64, "b" * 64, {"out/x": "c" * 64}, "stdout", ["-a"])
+    for receipt in (stale_local(), change(stale_local(), pins=Pins("pins.jsonl", True, [pin]))):
+        assert to_dict(receipt) == dataclasses.asdict(receipt)
