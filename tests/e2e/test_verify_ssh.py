@@ -50,3 +50,33 @@ def test_a_rounding_patch_is_rejected_on_an_ssh_box_and_the_clean_box(
     base = json.loads((out / "v1" / "base" / "scratch" / "receipt.json").read_text())
     assert base["identity"]["head_before"] == report["base"]
     assert not list((box.root / ".cache" / "charpin" / "runs").iterdir())
+
+
+PROVISION = f"{sys.executable} {ROOT / 'deploy' / 'provision-loopback-sshd'}"
+DISPOSE = f"{sys.executable} {ROOT / 'deploy' / 'dispose-loopback-sshd'}"
+
+
+def test_verify_on_a_disposable_server_disposes_each_server_once(tmp_path: Path) -> None:
+    if not Path("/usr/sbin/sshd").exists():
+        pytest.skip("needs /usr/sbin/sshd")
+    repo = build_demo_repo(tmp_path / "invoice-export", stale=False).path
+    count = tmp_path / "disposed"
+    dispose = f"echo $CHARPIN_HOST_ID >> {count} && {DISPOSE}"
+    toml = repo / "pyproject.toml"
+    toml.write_text(
+        toml.read_text()
+        + f"\n[tool.charpin.hosts.scratch]\npython = {json.dumps(sys.executable)}\n"
+        + f"provision = [{json.dumps(PROVISION)}]\ndispose = [{json.dumps(dispose)}]\n"
+    )
+    git(repo, "commit", "-qam", "a disposable box for verify")
+    patch = tmp_path / "agent.diff"
+    patch.write_bytes(demo_patch(repo))
+    out = tmp_path / "verify"
+    argv = ["verify", "--repo", str(repo), "--patch", str(patch), "--hosts", "scratch"]
+    code = main([*argv, "--out", str(out), "--run-id", "v1", "--json"])
+    report = json.loads((out / "v1" / "verify.json").read_text())
+    assert report["verdict"] == "REJECT" and code & 2 and not code & 4
+    assert [b["label"] for b in report["boxes"]] == ["scratch"]
+    servers = count.read_text().split()
+    assert len(servers) == 2 and len(set(servers)) == 2  # one server per run, each disposed once
+    assert not any(Path(s).exists() for s in servers)
