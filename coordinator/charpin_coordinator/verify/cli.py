@@ -55,6 +55,11 @@ def add_parsers(sub: Any) -> None:
     add("--ssh-config", type=Path, metavar="FILE", help="ssh_config to read (like ssh -F)")
     add("--timeout", type=float, metavar="S", help="per-box deadline in seconds, for each run")
     add("--keep", action="store_true", help="keep remote run folders")
+    add(
+        "--reuse-base",
+        action="store_true",
+        help="reuse the base receipts of an earlier verify of the same base, config and boxes",
+    )
     add("--accept-new", action="store_true", help="trust unknown host keys (recorded in receipts)")
     add(
         "--sandbox",
@@ -117,6 +122,7 @@ def run_verify(args: argparse.Namespace) -> int:
         accept_new=args.accept_new,
         sandbox=args.sandbox,
         jobs=args.jobs,
+        reuse_base=args.reuse_base,
     )
     with make_progress(names, quiet=args.quiet or args.json) as progress:
         result = verify(options, phase=progress.phase)

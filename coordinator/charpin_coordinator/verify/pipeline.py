@@ -13,12 +13,15 @@ Prints nothing; the CLI (verify/cli.py) and the demo show the VerifyResult.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from charpin_runner.config import CharpinConfig
 from charpin_runner.errors import (
     EXIT_DRIFT,
@@ -26,6 +29,7 @@ from charpin_runner.errors import (
     EXIT_NOT_EVALUATED,
     EXIT_VACUOUS,
     ConfigError,
+    IntegrityError,
     UsageError,
 )
 from charpin_runner.receipt import write_atomic
@@ -34,6 +38,7 @@ from charpin_runner.runid import check_run_id, new_run_id
 from charpin_coordinator.config import load_config
 from charpin_coordinator.gitcmd import git_bytes
 from charpin_coordinator.remote.boxrun import Phase
+from charpin_coordinator.remote.results import safe_folders
 from charpin_coordinator.remote.run import Options, RunResult, plan, run
 from charpin_coordinator.report import NotEvaluated
 from charpin_coordinator.verify import gates, patch, static
@@ -69,6 +74,8 @@ class VerifyOptions:
     accept_new: bool = False
     sandbox: str = "auto"
     jobs: int = 4
+    # Take the base receipts from an earlier verify of the same base, config and boxes.
+    reuse_base: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,14 +129,24 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         # checkout to write, and the base is measured the same way.
         confine=True,
     )
-    base_run = run(plan(base_options), phase=phase)
+    verify_root = folder.parent
+    reused = (
+        _reusable_base(verify_root, made.base, base_config.table, options)
+        if options.reuse_base
+        else None
+    )
+    base_run = reused or run(plan(base_options), phase=phase)
     patched_options = replace(
         base_options, commit=runs, run_id="patched", patch_sha256=made.patch_sha256
     )
     patched_run = run(plan(patched_options), phase=phase)
     report = judge(made, base_run, patched_run, facts, ran=runs)
+    if reused is not None:
+        report = msgspec.structs.replace(report, base_from=reused.folder.parent.name)
     write_atomic(folder / "patch.diff", made.patch)
     write_atomic(folder / "verify.json", encode(report))
+    if reused is None:  # a reused base stays recorded where it ran
+        write_atomic(folder / REUSE, _reuse_record(made.base, base_config.table, base_run))
     interrupted = base_run.interrupted or patched_run.interrupted
     return VerifyResult(report, made, base_run, patched_run, folder, interrupted)
 
@@ -194,6 +211,7 @@ def judge(
         scope=list(facts.scope),
         helpers=list(facts.helpers),
         drift=patched_run.report,
+        base_from="",
         exit_code=code,
         exit_bits=bits,
     )
@@ -214,6 +232,68 @@ def _new_failures(label: str, base_run: RunResult, patched_run: RunResult) -> li
         and g.gate in _RUN_GATES
         and g.gate not in failed_before
     ]
+
+
+REUSE = "reuse.json"
+
+
+def _config_sha(table: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
+
+
+def _reuse_record(base: str, table: dict[str, Any], base_run: RunResult) -> bytes:
+    """What a later `--reuse-base` matches: base, config, and each evaluated box's receipt."""
+    boxes = {
+        o.label: hashlib.sha256(o.raw_receipt).hexdigest()
+        for o in base_run.outcomes
+        if o.receipt is not None and o.raw_receipt is not None
+    }
+    record = {"base": base, "config_sha256": _config_sha(table), "boxes": boxes}
+    return json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
+
+
+def _reusable_base(
+    root: Path, base: str, table: dict[str, Any], options: VerifyOptions
+) -> RunResult | None:
+    """The base run of the newest earlier verify of this base and config on exactly these boxes
+    (every receipt still matching its recorded sha256 and decoding strictly), or None."""
+    from charpin_coordinator.drift import build_report
+    from charpin_coordinator.receipts import load_receipt
+    from charpin_coordinator.remote.boxrun import BoxOutcome
+
+    if not root.is_dir():
+        return None
+    want = sorted(options.hosts)
+    for record_path in sorted(root.glob(f"*/{REUSE}"), reverse=True):
+        try:
+            record = json.loads(record_path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        boxes = record.get("boxes") if isinstance(record, dict) else None
+        if record.get("base") != base or record.get("config_sha256") != _config_sha(table):
+            continue
+        if not isinstance(boxes, dict) or sorted(boxes) != want:
+            continue
+        outcomes: list[BoxOutcome] = []
+        for label in options.hosts:
+            folder = record_path.parent / "base" / safe_folders([label])[label]
+            try:
+                raw = (folder / "receipt.json").read_bytes()
+                if hashlib.sha256(raw).hexdigest() != boxes[label]:
+                    raise IntegrityError("changed since it was recorded")
+                receipt = load_receipt(raw, source=str(folder / "receipt.json"))
+            except (OSError, IntegrityError):
+                outcomes = []
+                break
+            if receipt.identity.head_before != base:
+                outcomes = []
+                break
+            outcomes.append(BoxOutcome(label=label, receipt=receipt, raw_receipt=raw))
+        if outcomes:
+            pairs = [(o.label, o.receipt) for o in outcomes if o.receipt is not None]
+            report = build_report(pairs, expected_commit=base)
+            return RunResult(report, outcomes, record_path.parent / "base", interrupted=False)
+    return None
 
 
 def encode(report: VerifyReport) -> bytes:

@@ -30,6 +30,11 @@ def render_text(report: VerifyReport) -> str:
         f"charpin verify · {report.verdict} · base {report.base[:12]} · patched "
         f"{report.patched[:12]} · patch sha256 {report.patch_sha256[:12]}",
         f"  the patch changes {len(report.changed)} path(s): {_few(report.changed)}",
+        *(
+            [f"  base receipts reused from verify {shown(report.base_from)}"]
+            if report.base_from
+            else []
+        ),
         "",
         "boxes",
     ]

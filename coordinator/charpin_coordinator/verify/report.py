@@ -84,5 +84,6 @@ class VerifyReport(Base):
     scope: list[str]  # the functions the patch changed, file:qualname
     helpers: list[str]  # new functions called only from changed ones (an extract)
     drift: DriftReport  # the patched runs compared across boxes
+    base_from: str  # the earlier verify whose base receipts were reused (--reuse-base), or ""
     exit_code: int
     exit_bits: list[str]

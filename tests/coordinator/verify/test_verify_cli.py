@@ -338,3 +338,20 @@ def test_a_bundle_binds_the_commit_that_ran_when_protected_paths_were_put_back(
     capsys.readouterr()
     assert main(["verify-bundle", str(bundle)]) == 0
     assert "checks · REJECT" in capsys.readouterr().out
+
+
+def test_reuse_base_takes_the_base_receipts_of_an_earlier_verify_only_when_asked(
+    repo: Path,
+) -> None:
+    text = replaced(repo, CODE, '"; row skipped"', '" (row skipped)"')
+    patch = agent_patch(repo, {CODE: text})
+    _, first = verify(repo, patch)
+    _, again = verify(repo, patch)
+    assert first["base_from"] == "" and again["base_from"] == ""  # never by default
+    _, reused = verify(repo, patch, "--reuse-base")
+    assert reused["base_from"] == "v1" and reused["verdict"] == first["verdict"] == "REJECT"
+    # A base receipt changed after the fact is not reused: that verify runs its base again.
+    stored = repo.parent / "verify" / "v1" / "base" / "clean" / "receipt.json"
+    stored.write_bytes(stored.read_bytes().replace(b'"passed"', b'"failed"', 1))
+    _, fresh = verify(repo, patch, "--reuse-base")
+    assert fresh["base_from"] == "v0"

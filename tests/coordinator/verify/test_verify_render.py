@@ -28,6 +28,7 @@ def _report() -> VerifyReport:
         base="b" * 40,
         patched="p" * 40,
         ran="p" * 40,
+        base_from="",
         patch_sha256="c" * 64,
         changed=["a.py"],
         boxes=[BoxVerdict(label="clean", verdict="REJECT", base="ok", patched="ok")],
