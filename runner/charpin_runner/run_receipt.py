@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import charpin_runner
-from charpin_runner import envinfo, fixtures, gitstate
+from charpin_runner import envinfo, fixtures, gitstate, owndir
 from charpin_runner import sandbox as sandbox_mod
 from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, DEFAULT_WATCH, CharpinConfig
 from charpin_runner.errors import CharpinError, ConfigError, RunError, UsageError
@@ -256,13 +256,8 @@ def _pyproject_table(repo: Path) -> Any:
 
 
 def ensure_receipt_folder(repo: Path, folder: Path) -> None:
-    """Create folder; a new `.charpin/` in the repository ignores itself, so receipts never
-    show up as untracked files in the next receipt or in `git status`."""
-    own = repo / ".charpin"
-    if not own.exists() and (folder == own or own in folder.parents):
-        own.mkdir()
-        (own / ".gitignore").write_text("# written by charpin\n*\n", encoding="utf-8")
-    folder.mkdir(parents=True, exist_ok=True)
+    """Create folder; a `.charpin/` in the repository ignores itself (owndir.ensure_folder)."""
+    owndir.ensure_folder(repo, folder)
 
 
 def ledger_path(repo: Path, config: CharpinConfig) -> str | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 from charpin_runner.errors import EXIT_NOT_EVALUATED, ConfigError, UsageError
+from charpin_runner.owndir import ensure_folder
 from charpin_runner.runid import check_run_id, new_run_id
 
 from charpin_coordinator.config import load_config
@@ -160,6 +161,7 @@ def run(planned: Planned, *, phase: Phase | None = None) -> RunResult:
     # Box output was masked as it arrived; labels and reasons built from it here are masked too,
     # value by value, before any encoding escapes a secret out of recognition.
     report = map_strings(report, shared.redactor.text)
+    ensure_folder(shared.snap.repo, planned.out_dir)
     folder = results.write_run(
         planned.out_dir,
         shared.run_id,

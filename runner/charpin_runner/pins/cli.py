@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from charpin_runner import config as charpin_config
+from charpin_runner import owndir
 from charpin_runner.config import PinsConfig
 from charpin_runner.errors import (
     EXIT_CLEAN,
@@ -169,7 +170,7 @@ def _actual_root(repo: Path, config: PinsConfig) -> Path:
                 "remove it or point [tool.charpin.pins] actual_dir elsewhere"
             )
         shutil.rmtree(root)
-    root.mkdir(parents=True)
+    owndir.ensure_folder(repo, root)
     (root / _MARKER).write_text("made by charpin pins check; emptied on every run\n")
     return root
 
