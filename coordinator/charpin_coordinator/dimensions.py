@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from charpin_runner.receipt import Receipt
+from charpin_runner.receipt import Identity, Receipt
 
 from charpin_coordinator import gates as gate_rules
 from charpin_coordinator.gates import state_map
@@ -61,12 +61,22 @@ def _identity(receipts: Sequence[Labeled], expected: str | None) -> Dimension | 
             or (expected and i.head_before != expected)
         ):
             boxes.append(label)
-            details.append(
-                f"{label}: head {_short(i.head_before)} -> {_short(i.head_after)}, "
-                f"tree {_short(i.tree_before)} -> {_short(i.tree_after)}"
-                + (f", expected {_short(expected)}" if expected else "")
-            )
+            details.append(f"{label}: " + ", ".join(_identity_moves(i, expected)))
     return _listed("identity", f"{len(boxes)} box(es) off the commit", boxes, details)
+
+
+def _identity_moves(i: Identity, expected: str | None) -> list[str]:
+    """Only what moved or differs: "head X -> X" said nothing (#10)."""
+    parts = []
+    for name, before, after in (
+        ("head", i.head_before, i.head_after),
+        ("tree", i.tree_before, i.tree_after),
+    ):
+        if before != after:
+            parts.append(f"{name} moved during the run {_short(before)} -> {_short(after)}")
+    if expected and i.head_before != expected:
+        parts.append(f"ran {_short(i.head_before)}, expected {_short(expected)}")
+    return parts or [f"head {_short(i.head_before)}"]
 
 
 def _tree(receipts: Sequence[Labeled]) -> Dimension | None:

@@ -8,6 +8,7 @@ extras. Host names are only ever looked up, never put into a shell.
 
 from __future__ import annotations
 
+import difflib
 import getpass
 import itertools
 import re
@@ -182,8 +183,11 @@ def resolve_hosts(
         config, patterns = loaded
         if not _named_in(name, patterns):
             searched = ", ".join(str(f) for f in files)
+            known = [*BUILTIN_BOXES, *(p for p in patterns if not any(c in p for c in "*?!"))]
+            close = difflib.get_close_matches(name, known, n=2, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}? Otherwise add " if close else "add "
             raise UsageError(
-                f"unknown host {name!r}: no Host block matches it in {searched}; add "
+                f"unknown host {name!r}: no Host block matches it in {searched}; {hint}"
                 f"`Host {name}` with a HostName there, or pass --ssh-config FILE"
             )
         specs.append(_resolve(config, name, extra=extra, stack=()))

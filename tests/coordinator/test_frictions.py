@@ -1,0 +1,32 @@
+"""Small frictions a new user hits (#10 item 13): each message says what is true and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from charpin_coordinator.drift import build_report
+from charpin_coordinator.remote.hosts import resolve_hosts
+from charpin_runner.errors import UsageError
+
+from tests.receipt_factory import HEAD, TREE, change, make_receipt
+
+
+def test_a_mistyped_built_in_box_gets_a_suggestion(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host ci-box\n    HostName 127.0.0.1\n")
+    with pytest.raises(UsageError, match="did you mean local\\?"):
+        resolve_hosts(["lcoal"], ssh_config=config)
+    with pytest.raises(UsageError, match="did you mean ci-box\\?"):
+        resolve_hosts(["ci-bx"], ssh_config=config)
+
+
+def test_identity_drift_names_only_what_moved() -> None:
+    a = make_receipt("a")
+    other = "9" * 40
+    b = change(make_receipt("b"), identity=change(a.identity, head_after=other))
+    report = build_report([("a", a), ("b", b)], expected_commit=HEAD)
+    [identity] = [d for d in report.dimensions if d.name == "identity"]
+    text = " ".join(identity.details)
+    assert f"head moved during the run {HEAD[:12]} -> {other[:12]}" in text
+    assert f"tree {TREE[:12]} -> {TREE[:12]}" not in text  # nothing said about what stayed
