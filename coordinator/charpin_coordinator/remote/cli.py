@@ -78,8 +78,19 @@ def _add_run(sub: Any) -> None:
         metavar="A,B",
         help=f"boxes: built-in local/clean or ssh_config names (default {DEFAULT_HOSTS})",
     )
-    add("--ssh-config", type=Path, metavar="FILE", help="ssh_config to read (like ssh -F)")
     add("--commit", default="HEAD", metavar="REV", help="commit to run (default HEAD)")
+    add("--baseline", metavar="LABEL", help="box to compare against (default: the first)")
+    add("--json", action="store_true", help="print the drift report as JSON")
+    add("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown")
+    add("--junit", type=Path, metavar="FILE", help="also write JUnit XML (box x gate)")
+    add_box_options(run, folders="run folders go here (default <repo>/.charpin/runs)")
+    run.set_defaults(handler=run_remote)
+
+
+def add_box_options(parser: argparse.ArgumentParser, *, folders: str) -> None:
+    """The options every command that runs boxes takes (`run`, `verify`), said one way."""
+    add = parser.add_argument
+    add("--ssh-config", type=Path, metavar="FILE", help="ssh_config to read (like ssh -F)")
     add("--jobs", type=int, default=4, metavar="N", help="boxes at once (default 4)")
     add(
         "--timeout",
@@ -100,17 +111,10 @@ def _add_run(sub: Any) -> None:
         help="run the tests under bubblewrap with caches and the runner read-only: auto (where "
         "bwrap works; the default), required (a box without it is not evaluated), off",
     )
-    add("--baseline", metavar="LABEL", help="box to compare against (default: the first)")
-    add("--json", action="store_true", help="print the drift report as JSON")
-    add("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown")
-    add("--junit", type=Path, metavar="FILE", help="also write JUnit XML (box x gate)")
     add("--repo", type=Path, metavar="DIR", help="repository (default: git toplevel of cwd)")
-    add("--run-id", metavar="ID", help="run id (default: UTC time plus 6 hex digits)")
-    add(
-        "--out", type=Path, metavar="DIR", help="run folders go here (default <repo>/.charpin/runs)"
-    )
+    add("--run-id", metavar="ID", help="id of the folder (default: UTC time plus 6 hex digits)")
+    add("--out", type=Path, metavar="DIR", help=folders)
     add("--quiet", "-q", action="store_true", help="no progress display")
-    run.set_defaults(handler=run_remote)
 
 
 def _hosts_usage(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 from charpin_runner.errors import EXIT_CLEAN, UsageError
 
 from charpin_coordinator.gitcmd import repo_root
+from charpin_coordinator.remote.cli import add_box_options
 from charpin_coordinator.remote.hosts import parse_host_list
 
 MAX_PATCH_BYTES = 64 * 1024 * 1024
@@ -52,31 +53,12 @@ def add_parsers(sub: Any) -> None:
     add(
         "--sign", type=Path, metavar="KEY", help="sign the bundle with this SSH key (ssh-keygen -Y)"
     )
-    add("--ssh-config", type=Path, metavar="FILE", help="ssh_config to read (like ssh -F)")
-    add("--timeout", type=float, metavar="S", help="per-box deadline in seconds, for each run")
-    add("--keep", action="store_true", help="keep remote run folders")
     add(
         "--reuse-base",
         action="store_true",
         help="reuse the base receipts of an earlier verify of the same base, config and boxes",
     )
-    add("--accept-new", action="store_true", help="trust unknown host keys (recorded in receipts)")
-    add(
-        "--sandbox",
-        choices=("auto", "required", "off"),
-        default="auto",
-        help="bubblewrap for the tests (default auto)",
-    )
-    add("--jobs", type=int, default=4, metavar="N", help="boxes at once (default 4)")
-    add("--repo", type=Path, metavar="DIR", help="repository (default: git toplevel of cwd)")
-    add("--run-id", metavar="ID", help="verify id (default: UTC time plus 6 hex digits)")
-    add(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help="verify folders go here (default <repo>/.charpin/verify)",
-    )
-    add("--quiet", "-q", action="store_true", help="no progress display")
+    add_box_options(verify, folders="verify folders go here (default <repo>/.charpin/verify)")
     verify.set_defaults(handler=run_verify)
     check = sub.add_parser(
         "verify-bundle",

@@ -92,6 +92,13 @@ def _launch(agent: Agent, key: str, **extra: Any) -> None:
     agent.send({**fields, "timeout": 120, "sandbox": "off", "env": [], "key": key, **extra})
 
 
+def fetched_receipt(agent: Agent) -> tuple[bytes, bytes]:
+    """The receipt and its seal, from one fetch."""
+    sizes = {p["name"]: p["size"] for p in agent.call({"op": "fetch"})["parts"]}
+    receipt = agent.payload[: sizes["receipt"]]
+    return receipt, agent.payload[sizes["receipt"] : sizes["receipt"] + sizes["seal"]]
+
+
 def _run_folder(home: Path) -> Path:
     return home / ".cache" / "charpin" / "runs" / RUN / "box"
 
@@ -126,11 +133,7 @@ def test_a_run_in_place_gives_a_sealed_receipt_and_cleans_up(
     _launch(agent, key)
     ended = agent.reply()
     assert (ended["ok"], ended["status"], ended["ended"]) == (True, 0, "exit")
-    fetched = agent.call({"op": "fetch"})
-    sizes = {p["name"]: p["size"] for p in fetched["parts"]}
-    receipt = agent.payload[: sizes["receipt"]]
-    sealed = agent.payload[sizes["receipt"] : sizes["receipt"] + sizes["seal"]]
-    assert seal.check(key, RUN, receipt, sealed, "box") == 0
+    assert seal.check(key, RUN, *fetched_receipt(agent), "box") == 0
     assert _run_folder(home).is_dir()
     assert agent.call({"op": "clean", "discard": False})["ok"]
     assert not _run_folder(home).exists()
@@ -187,11 +190,7 @@ def test_a_stop_request_stops_the_tests_and_the_receipt_says_interrupted(
     ended = agent.reply()
     assert (ended["status"], ended["ended"]) == (None, "stopped")
     assert _gone(test_pid)
-    fetched_parts = agent.call({"op": "fetch"})["parts"]
-    sizes = {p["name"]: p["size"] for p in fetched_parts}
-    receipt = agent.payload[: sizes["receipt"]]
-    sealed = agent.payload[sizes["receipt"] : sizes["receipt"] + sizes["seal"]]
-    assert seal.check(key, RUN, receipt, sealed, "box") == EXIT_INTERRUPTED
+    assert seal.check(key, RUN, *fetched_receipt(agent), "box") == EXIT_INTERRUPTED
     agent.call({"op": "bye"})
 
 
