@@ -165,7 +165,8 @@ def _vacuity(receipts: Sequence[Labeled], gates: list[GateResult]) -> list[str]:
 def _exit_code(report: DriftReport, receipts: Sequence[Labeled]) -> tuple[int, list[str]]:
     code, bits = 0, []
     if any(
-        r.exit.interpretation == "failed" or not _BAD_OUTCOMES.isdisjoint(r.outcomes.values())
+        r.exit.interpretation in ("failed", "collection-error")
+        or not _BAD_OUTCOMES.isdisjoint(r.outcomes.values())
         for _, r in receipts
     ):
         code |= EXIT_TESTS_FAILED

@@ -229,6 +229,10 @@ def _completeness(r: Receipt) -> Verdict:
     c, e = r.collection, r.exit
     if e.interpretation in ("timed-out", "interrupted"):
         return "INCOMPLETE", f"the run was {e.interpretation}"
+    if e.interpretation == "collection-error":
+        # The suite did not load: a red run to fix on this box, not one to wait longer for.
+        found = "; ".join(e.reasons[:3]) or "pytest could not collect the tests"
+        return "FAIL", f"{found}; fix it (the whole error is in the box's stderr.log) and re-run"
     if e.interpretation == "no-tests" or not c.executed:
         return "INCOMPLETE", "zero tests executed"
     problems = []

@@ -37,6 +37,9 @@ EXIT_CODES: dict[str, int] = {
     "usage": 64,
     "interrupted": 130,
     "internal-error": 1,
+    # The suite could not be collected: the tests did not run, but the box did its job (not
+    # "interrupted", which would read as a box that was not evaluated).
+    "collection-error": 1,
 }
 
 
@@ -62,6 +65,9 @@ def interpret(ending: Ending, probe: ProbeData, extra_reasons: tuple[str, ...] =
         verdict = "timed-out"
         limit = f"{ending.timeout:g} s " if ending.timeout is not None else ""
         findings.insert(0, f"the test command ran past its {limit}deadline and was killed")
+    elif ending.status == 2 and probe.collect_errors:
+        verdict = "collection-error"
+        findings[:0] = _collect_errors(probe)
     else:
         verdict = _PYTEST_CODES.get(ending.status, "incomplete")
         if verdict == "incomplete":
@@ -74,6 +80,18 @@ def interpret(ending: Ending, probe: ProbeData, extra_reasons: tuple[str, ...] =
         reasons=findings + _notes(probe, findings),
         pytest_status=probe.pytest_status,
     )
+
+
+def _collect_errors(probe: ProbeData, shown: int = 5) -> list[str]:
+    """One line per file pytest could not collect: its id and the error's last line."""
+    lines = []
+    for nodeid, text in probe.collect_errors[:shown]:
+        last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no detail")
+        lines.append(f"collection error in {nodeid or '(the session)'}: {last}")
+    more = len(probe.collect_errors) - shown
+    if more > 0:
+        lines.append(f"... and {more} more collection error(s); see stderr.log")
+    return lines
 
 
 def _findings(status: int, probe: ProbeData) -> list[str]:

@@ -30,6 +30,8 @@ from charpin_runner.errors import ConfigError
 if TYPE_CHECKING:
     from charpin_runner.ledger import Ledger
 
+# How much of a collection error the receipt keeps: its end says what broke.
+_COLLECT_ERROR_LINES = 8
 _PROBE_KEY = pytest.StashKey["Probe"]()
 _WORKER_KEY = "charpin"
 _PHASES = ("setup", "call", "teardown")
@@ -613,6 +615,15 @@ class Probe:
             else:
                 self.failing.add(self.prefix + report.nodeid)
         self.seen[(report.nodeid, report.when)] = outcome
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A file or module that failed to collect: its id and the end of its error, so the
+        receipt can say what broke collection (pytest then exits 2, "interrupted")."""
+        if not report.failed or self.out is None:
+            return
+        lines = str(report.longrepr).strip().splitlines()
+        text = "\n".join(lines[-_COLLECT_ERROR_LINES:])
+        self._emit({"kind": "collect-error", "nodeid": self._id(report.nodeid), "text": text})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Hot path: runs three times per test, so it formats its lines by hand (benchmark).

@@ -83,6 +83,9 @@ class ProbeData:
     tampered: list[str] = field(default_factory=list)
     # The outcome ("failed" or "error", by phase) of each failure a rewritten line reports.
     hidden: dict[str, str] = field(default_factory=dict)
+    # Files or modules pytest could not collect (an ImportError in a conftest, a missing
+    # generated file): (node id, the first lines of the error).
+    collect_errors: list[tuple[str, str]] = field(default_factory=list)
 
 
 def read_probe(path: Path) -> ProbeData:
@@ -249,7 +252,12 @@ def _read_finish(data: ProbeData, record: dict[str, Any]) -> None:
     data.unverified = sorted(set(unverified))
 
 
+def _read_collect_error(data: ProbeData, record: dict[str, Any]) -> None:
+    data.collect_errors.append((_str(record["nodeid"]), _str(record.get("text", ""))))
+
+
 _HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {
+    "collect-error": _read_collect_error,
     "start": _read_start,
     "collection": _read_collection,
     "setup": _read_setup,

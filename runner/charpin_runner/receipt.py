@@ -28,7 +28,15 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 
 # How the parent reads the test command's end (design §4, "exit").
 Interpretation = Literal[
-    "ok", "failed", "interrupted", "usage", "no-tests", "incomplete", "timed-out", "internal-error"
+    "ok",
+    "failed",
+    "interrupted",
+    "usage",
+    "no-tests",
+    "incomplete",
+    "timed-out",
+    "internal-error",
+    "collection-error",
 ]
 FileKind = Literal["file", "symlink", "other"]
 PinStatus = Literal["passed", "failed", "error"]

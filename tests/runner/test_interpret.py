@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from charpin_runner.interpret import EXIT_CODES, Ending, interpret
@@ -202,7 +202,9 @@ def test_exit_code_mapping_covers_every_interpretation() -> None:
         "usage": 64,
         "interrupted": 130,
         "internal-error": 1,
+        "collection-error": 1,
     }
+    assert set(EXIT_CODES) == set(get_args(Interpretation))
 
 
 def test_informational_notes_do_not_demote_and_repeats_are_dropped() -> None:
