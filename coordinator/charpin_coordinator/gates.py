@@ -42,8 +42,9 @@ INCOMPLETE_ACTIONS: dict[GateName, str] = {
     "Fixture integrity": "declare existing fixture roots in [tool.charpin] watch",
     "Collection parity": "compare at least two boxes that collected tests",
     "Quarantine": "re-run; the ledger could not be read",
-    "Completeness": "re-run with a longer deadline (--timeout) or without interrupting it; "
-    "a suite that selects no tests proves nothing",
+    "Completeness": "if the run was cut short, re-run with a longer --timeout or without "
+    "interrupting it; if it selected no tests, check testpaths, -k/-m and the ledger: a suite "
+    "that selects no tests proves nothing",
     "Pin replay": "replay the pins on every box (do not pass --no-pins to some of them)",
 }
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from charpin_coordinator.cli import main
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.remote.hosts import resolve_hosts
 from charpin_runner.errors import UsageError
 
+from tests.conftest import make_repo
 from tests.receipt_factory import HEAD, TREE, change, make_receipt
 
 
@@ -30,3 +32,23 @@ def test_identity_drift_names_only_what_moved() -> None:
     text = " ".join(identity.details)
     assert f"head moved during the run {HEAD[:12]} -> {other[:12]}" in text
     assert f"tree {TREE[:12]} -> {TREE[:12]}" not in text  # nothing said about what stayed
+
+
+@pytest.mark.slow
+def test_an_uncommitted_charpin_table_is_named_not_silently_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2] / "runner"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "tests/test_a.py": "def test_a():\n    pass\n",
+            "pyproject.toml": "[tool.charpin]\ntimeout = 60\n",
+        },
+    )
+    (repo / "pyproject.toml").write_text("[tool.charpin]\ntimeout = 90\n")
+    out = tmp_path / "runs"
+    main(["run", "--repo", str(repo), "--hosts", "clean", "--out", str(out), "--json", "-q"])
+    err = capsys.readouterr().err
+    assert "[tool.charpin] is read from commit" in err and "uncommitted changes" in err

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from charpin_runner.errors import EXIT_CLEAN, EXIT_NOT_EVALUATED, UsageError
+from charpin_runner.errors import EXIT_CLEAN, EXIT_NOT_EVALUATED, CharpinError, UsageError
 
 from charpin_coordinator.config import load_config
 from charpin_coordinator.gitcmd import repo_root
@@ -141,6 +141,7 @@ def run_remote(args: argparse.Namespace) -> int:
     )
     planned = plan(options)
     _warn_local_commit(options.repo, names, args.commit, planned.plan.snap.commit)
+    _warn_uncommitted_config(options.repo, planned.plan.snap.commit, planned.plan.config_table)
     with make_progress(names, quiet=args.quiet or args.json) as progress:
         result = run(planned, phase=progress.phase)
     from charpin_coordinator.remote.output import emit, warn_disposals  # imported meanwhile
@@ -159,6 +160,22 @@ def _warn_local_commit(repo: Path, names: list[str], rev: str, commit: str) -> N
             f"charpin-remote: warning: local runs the working tree at HEAD {head[:12]}, not "
             f"--commit {rev} ({commit[:12]}), so its Identity gate will fail; drop local from "
             "--hosts to compare only shipped snapshots\n"
+        )
+
+
+def _warn_uncommitted_config(repo: Path, commit: str, used: Mapping[str, Any]) -> None:
+    """The configuration comes from the commit: say so when the working tree's differs, instead
+    of ignoring an edit the user just made (#10)."""
+    if not (repo / "pyproject.toml").is_file():
+        return
+    try:
+        mine = load_config(repo).table
+    except CharpinError:
+        return  # a broken working-tree file is not what runs; the commit's config is used
+    if dict(mine) != dict(used):
+        sys.stderr.write(
+            f"charpin-remote: warning: [tool.charpin] is read from commit {commit[:12]}; your "
+            "uncommitted changes to it are not used (commit them to use them)\n"
         )
 
 
