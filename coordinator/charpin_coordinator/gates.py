@@ -76,7 +76,7 @@ def evaluate(
         ("Identity", lambda label, r: _identity(r, expected)),
         ("Clean tree", lambda label, r: _clean_tree(r)),
         ("Fixture integrity", lambda label, r: _fixtures(label, r, receipts, base)),
-        ("Collection parity", lambda label, r: _parity(label, r, base, len(receipts))),
+        ("Collection parity", lambda label, r: _parity(label, r, base, receipts)),
         ("Quarantine", lambda label, r: _quarantine(label, r, base)),
         ("Completeness", lambda label, r: _completeness(r)),
         ("Pin replay", lambda label, r: _pins(label, r, receipts)),
@@ -183,27 +183,50 @@ def _blamed_paths(
     return sorted(blamed)
 
 
-def _parity(label: str, r: Receipt, base: Labeled | None, count: int) -> Verdict:
+def _parity(label: str, r: Receipt, base: Labeled | None, receipts: Sequence[Labeled]) -> Verdict:
     if not r.collection.collected:
         return "INCOMPLETE", "zero tests collected"
-    if count < 2 or base is None:
+    if len(receipts) < 2 or base is None:
         return "INCOMPLETE", "parity needs at least two evaluated boxes"
     base_label, b = base
+    # Blame follows the evidence (#10): tests that differ between boxes only because of files
+    # uncommitted (or written) on one box fail that box's gate, not the other's.
+    own = sorted(
+        {
+            _test_file(t)
+            for other_label, other in receipts
+            if other_label != label
+            for name in ("collected", "executed")
+            for t in set(getattr(r.collection, name)) ^ set(getattr(other.collection, name))
+            if _test_file(t) in _dirty(r)
+        }
+    )
+    if own:
+        return (
+            "FAIL",
+            f"tests differ from other boxes because of uncommitted files here: {_list(own)}",
+        )
     if label == base_label:
         return "PASS", "baseline"
     problems = []
     for name in ("collected", "executed"):
-        mine_list, theirs_list = getattr(r.collection, name), getattr(b.collection, name)
-        if mine_list == theirs_list:
-            continue
-        mine, theirs = set(mine_list), set(theirs_list)
-        if mine != theirs:
-            problems.append(
-                f"{name}: {len(theirs - mine)} missing, {len(mine - theirs)} extra vs {base_label}"
-            )
+        mine, theirs = set(getattr(r.collection, name)), set(getattr(b.collection, name))
+        differing = {t for t in mine ^ theirs if _test_file(t) not in _dirty(b)}
+        if differing:
+            missing, extra = len(differing & theirs), len(differing & mine)
+            problems.append(f"{name}: {missing} missing, {extra} extra vs {base_label}")
     if problems:
         return "FAIL", "; ".join(problems)
     return "PASS", f"same {len(r.collection.collected)} collected as {base_label}"
+
+
+def _test_file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _dirty(r: Receipt) -> set[str]:
+    """Paths uncommitted before the run or written during it on this box."""
+    return set(r.tree.dirty_before) | set(r.tree.written)
 
 
 def _quarantine(label: str, r: Receipt, base: Labeled | None) -> Verdict:

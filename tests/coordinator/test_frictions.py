@@ -52,3 +52,26 @@ def test_an_uncommitted_charpin_table_is_named_not_silently_ignored(
     main(["run", "--repo", str(repo), "--hosts", "clean", "--out", str(out), "--json", "-q"])
     err = capsys.readouterr().err
     assert "[tool.charpin] is read from commit" in err and "uncommitted changes" in err
+
+
+def test_an_uncommitted_new_test_on_local_blames_local_not_clean() -> None:
+    import dataclasses
+
+    new = "tests/test_new.py::test_fresh"
+    clean = make_receipt("clean")
+    local = make_receipt("local")
+    local = change(
+        local,
+        collection=dataclasses.replace(
+            local.collection,
+            collected=[*local.collection.collected, new],
+            selected=[*local.collection.selected, new],
+            executed=[*local.collection.executed, new],
+        ),
+        outcomes={**local.outcomes, new: "passed"},
+        tree=dataclasses.replace(local.tree, dirty_before=["tests/test_new.py"]),
+    )
+    report = build_report([("local", local), ("clean", clean)], expected_commit=HEAD)
+    parity = {g.box: g for g in report.gates if g.gate == "Collection parity"}
+    assert parity["local"].status == "FAIL" and "tests/test_new.py" in parity["local"].detail
+    assert parity["clean"].status == "PASS", parity["clean"].detail
