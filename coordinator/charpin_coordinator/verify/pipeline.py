@@ -139,7 +139,11 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     patched_options = replace(
         base_options, commit=runs, run_id="patched", patch_sha256=made.patch_sha256
     )
-    patched_run = run(plan(patched_options), phase=phase)
+    if base_run.interrupted:
+        # Ctrl-C (or SIGTERM) during the base run stops the whole verify: no patched run starts.
+        patched_run = _not_run(options.hosts, folder / "patched")
+    else:
+        patched_run = run(plan(patched_options), phase=phase)
     report = judge(made, base_run, patched_run, facts, ran=runs)
     if reused is not None:
         report = msgspec.structs.replace(report, base_from=reused.folder.parent.name)
@@ -232,6 +236,19 @@ def _new_failures(label: str, base_run: RunResult, patched_run: RunResult) -> li
         and g.gate in _RUN_GATES
         and g.gate not in failed_before
     ]
+
+
+def _not_run(hosts: Sequence[str], folder: Path) -> RunResult:
+    """The patched run that never started: every box NOT EVALUATED (interrupted)."""
+    from charpin_coordinator.drift import build_report
+    from charpin_coordinator.remote.boxrun import BoxOutcome
+
+    missing = [
+        NotEvaluated(label=h, kind="interrupted", reason=f"{h}: interrupted before the patched run")
+        for h in hosts
+    ]
+    outcomes = [BoxOutcome(label=ne.label, not_evaluated=ne, interrupted=True) for ne in missing]
+    return RunResult(build_report([], not_evaluated=missing), outcomes, folder, interrupted=True)
 
 
 REUSE = "reuse.json"

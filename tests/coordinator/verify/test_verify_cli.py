@@ -355,3 +355,47 @@ def test_reuse_base_takes_the_base_receipts_of_an_earlier_verify_only_when_asked
     stored.write_bytes(stored.read_bytes().replace(b'"passed"', b'"failed"', 1))
     _, fresh = verify(repo, patch, "--reuse-base")
     assert fresh["base_from"] == "v0"
+
+
+def test_ctrl_c_during_the_base_run_stops_the_whole_verify(repo: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    started = tmp_path / "started"
+    hang = (
+        "import time\nfrom pathlib import Path\n\n\ndef test_hang():\n"
+        f"    Path({str(started)!r}).write_text('x')\n    time.sleep(600)\n"
+    )
+    git_add = {"tests/test_hang.py": hang}
+    for rel, text in git_add.items():
+        (repo / rel).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a slow base")
+    patch_file = tmp_path / "p.diff"
+    patch_file.write_bytes(
+        agent_patch(repo, {CODE: replaced(repo, CODE, '"; row skipped"', '" (x)"')})
+    )
+    out = tmp_path / "verify"
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([RUNNER_PATH, str(Path(RUNNER_PATH).parent / "coordinator")]),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "charpin_coordinator", "verify", "--repo", str(repo), "--patch",
+         str(patch_file), "--out", str(out), "--run-id", "v1", "--json", "-q", "--sandbox", "off"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        ends = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < ends:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    report = json.loads((out / "v1" / "verify.json").read_text())
+    assert proc.returncode & 4 and report["verdict"] != "ACCEPT"
+    assert not (out / "v1" / "patched").exists()  # the patched run never started
