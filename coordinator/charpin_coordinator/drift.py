@@ -24,6 +24,7 @@ from charpin_runner.receipt import OUTCOMES, Receipt
 from charpin_coordinator import gates as gate_rules
 from charpin_coordinator.dimensions import dimensions
 from charpin_coordinator.report import (
+    MAX_FAILING,
     BoxSummary,
     DriftReport,
     GateResult,
@@ -146,6 +147,7 @@ def _summary(label: str, r: Receipt, group: int) -> BoxSummary:
         group=group,
         python=r.environment.python,
         platform=r.environment.platform,
+        failing=sorted(t for t, o in r.outcomes.items() if o in ("failed", "error"))[:MAX_FAILING],
     )
 
 

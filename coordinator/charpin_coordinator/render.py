@@ -166,8 +166,22 @@ def _render_plain(report: DriftReport) -> str:
     failing = _failing(report)
     if failing:
         out += ["", "blocking"] + [f"  {line}" for line in failing]
+    tests = _failing_tests(report)
+    if tests:
+        out += ["", "failing tests (not drift: exit bit 1)"] + [f"  {line}" for line in tests]
     out += ["", *_footer(report)]
     return "\n".join(line.rstrip() for line in out) + "\n"
+
+
+def _failing_tests(report: DriftReport) -> list[str]:
+    """Per box, the tests that failed there (the same on every box is still worth seeing)."""
+    lines = []
+    for box in report.boxes:
+        for test in box.failing[:MAX_ROWS]:
+            lines.append(f"{box.label}: {test}")
+        if len(box.failing) > MAX_ROWS:
+            lines.append(f"{box.label}: ... {len(box.failing) - MAX_ROWS} more in drift.json")
+    return lines
 
 
 def _plain_dimension(dim: Dimension, labels: list[str]) -> list[str]:
@@ -305,6 +319,15 @@ def render_markdown(report: DriftReport) -> str:
         for g in failing:
             out.append(f"- **{g.gate}** on {_code(g.box)} ({g.status}): {_md(g.detail)}  ")
             out.append(f"  *Action:* {_md(g.action)}")
+    tests = [box for box in report.boxes if box.failing]
+    if tests:
+        out += ["", "### Failing tests", ""]
+        for box in tests:
+            shown_ids = ", ".join(_code(t) for t in box.failing[:MAX_ROWS])
+            more = len(box.failing) - MAX_ROWS
+            out.append(
+                f"- {_code(box.label)}: {shown_ids}" + (f" and {more} more" if more > 0 else "")
+            )
     if report.dimensions:
         out += ["", "### Drift", ""]
         for dim in report.dimensions:

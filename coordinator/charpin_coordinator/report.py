@@ -11,6 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 REPORT_VERSION = 1
+MAX_FAILING = 200
 
 GateName = Literal[
     "Identity",
@@ -75,6 +76,9 @@ class BoxSummary(Base):
     group: int
     python: str
     platform: str
+    # Tests that failed or errored on this box (sorted; at most MAX_FAILING listed). Failing
+    # tests are not drift: exit bit 1 carries them, and every report lists them (#10).
+    failing: list[str] = msgspec.field(default_factory=list)
 
 
 class GateResult(Base):

@@ -75,3 +75,25 @@ def test_an_uncommitted_new_test_on_local_blames_local_not_clean() -> None:
     parity = {g.box: g for g in report.gates if g.gate == "Collection parity"}
     assert parity["local"].status == "FAIL" and "tests/test_new.py" in parity["local"].detail
     assert parity["clean"].status == "PASS", parity["clean"].detail
+
+
+def test_tests_failing_on_every_box_show_in_text_markdown_and_junit() -> None:
+    import xml.etree.ElementTree as ET
+
+    from charpin_coordinator.remote.junit import to_junit
+    from charpin_coordinator.render import render_markdown, render_text
+
+    from tests.receipt_factory import IDS
+
+    import dataclasses
+
+    broken = {**make_receipt("a").outcomes, IDS[0]: "failed"}
+    red = dataclasses.replace(make_receipt("a").exit, interpretation="failed", status=1)
+    a = change(make_receipt("a"), outcomes=broken, exit=red)
+    b = change(make_receipt("b"), outcomes=broken, exit=red)
+    report = build_report([("a", a), ("b", b)], expected_commit=HEAD)
+    assert report.exit_code & 1 and all(g.status == "PASS" for g in report.gates)
+    assert f"a: {IDS[0]}" in render_text(report, color=False)
+    assert "### Failing tests" in render_markdown(report)
+    suites = {s.get("name"): s for s in ET.fromstring(to_junit(report)).iter("testsuite")}
+    assert suites["charpin.a"].get("failures") == "1" and suites["charpin.b"].get("failures") == "1"

@@ -177,7 +177,10 @@ def demo_verdict(caught: list[str], code: int, bits: list[str], *, stale: bool) 
         return code, ""  # the control run: its own exit code is the answer
     shown = "; ".join(bits) or "no bits"
     if caught and code & 2:
-        return EXIT_CLEAN, f"the run itself exited {code} ({shown}) — that is what it is meant to catch"
+        return (
+            EXIT_CLEAN,
+            f"the run itself exited {code} ({shown}) — that is what it is meant to catch",
+        )
     return EXIT_DEMO_MISSED, (
         f"charpin-remote demo: the planted stale fixture was NOT caught (the run exited {code}: "
         f"{shown}); the demo failed to demonstrate, please report this with the output above"

@@ -37,16 +37,27 @@ class GateRow(Protocol):
 def to_junit(report: DriftReport) -> bytes:
     """Return the report as a JUnit XML document (UTF-8, with declaration)."""
     labels = [box.label for box in report.boxes]
-    return gates_junit(labels, report.gates, report.not_evaluated)
+    failing = {box.label: box.failing for box in report.boxes}
+    return gates_junit(labels, report.gates, report.not_evaluated, failing)
 
 
 def gates_junit(
-    labels: Sequence[str], gates: Sequence[GateRow], not_evaluated: Sequence[NotEvaluated]
+    labels: Sequence[str],
+    gates: Sequence[GateRow],
+    not_evaluated: Sequence[NotEvaluated],
+    failing: dict[str, list[str]] | None = None,
 ) -> bytes:
-    """One suite per label holding its gates, one error case per box not evaluated."""
+    """One suite per label holding its gates and a failing case per test that failed there
+    (classname charpin.<box>.tests), one error case per box not evaluated."""
     root = ET.Element("testsuites", name="charpin-remote")
     for label in labels:
-        _suite(root, label, [g for g in gates if g.box == label])
+        suite = _suite(root, label, [g for g in gates if g.box == label])
+        for test in (failing or {}).get(label, []):
+            case = ET.SubElement(
+                suite, "testcase", classname=_clean(f"charpin.{label}.tests"), name=_clean(test)
+            )
+            ET.SubElement(case, "failure", type="test", message=_clean(f"{test} failed on {label}"))
+        _count(suite)
     for missing in not_evaluated:
         suite = _suite(root, missing.label, [])
         case = ET.SubElement(

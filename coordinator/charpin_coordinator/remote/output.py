@@ -56,8 +56,6 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-
-
 def warn_disposals(results: Sequence[RunResult]) -> int:
     """Say loudly which disposable servers could not be removed; EXIT_NOT_EVALUATED if any."""
     failed = [f for result in results for f in result.disposals.failed]

@@ -306,7 +306,9 @@ class SshChannel:
                     return data
                 if not self._owner.alive():
                     # paramiko closes the channels of a dead connection without an EOF
-                    raise BoxError(self._owner.name, "disconnected", "connection lost; retry the run")
+                    raise BoxError(
+                        self._owner.name, "disconnected", "connection lost; retry the run"
+                    )
                 if channel.eof_received or channel.closed:
                     return b""
                 left = ends - time.monotonic()
