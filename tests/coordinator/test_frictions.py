@@ -78,14 +78,13 @@ def test_an_uncommitted_new_test_on_local_blames_local_not_clean() -> None:
 
 
 def test_tests_failing_on_every_box_show_in_text_markdown_and_junit() -> None:
+    import dataclasses
     import xml.etree.ElementTree as ET
 
     from charpin_coordinator.remote.junit import to_junit
     from charpin_coordinator.render import render_markdown, render_text
 
     from tests.receipt_factory import IDS
-
-    import dataclasses
 
     broken = {**make_receipt("a").outcomes, IDS[0]: "failed"}
     red = dataclasses.replace(make_receipt("a").exit, interpretation="failed", status=1)
