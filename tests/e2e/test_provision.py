@@ -27,6 +27,7 @@ from charpin_coordinator.remote.provision import Disposals, connector, parse_mad
 from charpin_runner.errors import ConfigError, UsageError
 
 from tests.conftest import make_repo
+from tests.e2e.conftest import _require_sshd
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +38,7 @@ TEST = "def test_ok():\n    pass\n"
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    if not Path("/usr/sbin/sshd").exists():
-        pytest.skip("needs /usr/sbin/sshd")
+    _require_sshd()  # fails instead of skipping under CHARPIN_REQUIRE_SSH=1 (CI)
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "runner"))
 
 
@@ -121,6 +121,20 @@ def test_provision_commands_in_a_commit_but_not_on_this_machine_never_run(tmp_pa
     out = repo.parent / "runs"
     code = main(["run", "--repo", str(repo), "--hosts", "scratch", "--out", str(out)])
     assert code == 64 and not (tmp_path / "ran").exists()
+
+
+def test_provision_commands_only_in_the_working_tree_never_run(tmp_path: Path) -> None:
+    """A test on `local` can rewrite the working tree's pyproject.toml: that alone must not make
+    the next run execute commands on this machine."""
+    repo = make_repo(tmp_path / "repo", {"tests/test_a.py": TEST, "pyproject.toml": ""})
+    marker = tmp_path / "ran"
+    (repo / "pyproject.toml").write_text(
+        "[tool.charpin.hosts.scratch]\n"
+        f"provision = [{json.dumps(f'touch {marker}')}]\ndispose = ['true']\n"
+    )
+    out = repo.parent / "runs"
+    code = main(["run", "--repo", str(repo), "--hosts", "scratch", "--out", str(out)])
+    assert code == 64 and not marker.exists()
 
 
 def test_ctrl_c_mid_run_still_disposes_once(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from charpin_coordinator.remote.demo import build_demo_repo
 from charpin_coordinator.remote.demo_cli import demo_patch
 
 from tests.conftest import git
+from tests.e2e.conftest import _require_sshd
 from tests.sshd import SshdFactory
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
@@ -57,8 +58,7 @@ DISPOSE = f"{sys.executable} {ROOT / 'deploy' / 'dispose-loopback-sshd'}"
 
 
 def test_verify_on_a_disposable_server_disposes_each_server_once(tmp_path: Path) -> None:
-    if not Path("/usr/sbin/sshd").exists():
-        pytest.skip("needs /usr/sbin/sshd")
+    _require_sshd()  # fails instead of skipping under CHARPIN_REQUIRE_SSH=1 (CI)
     repo = build_demo_repo(tmp_path / "invoice-export", stale=False).path
     count = tmp_path / "disposed"
     dispose = f"echo $CHARPIN_HOST_ID >> {count} && {DISPOSE}"

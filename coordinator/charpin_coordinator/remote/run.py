@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
 from charpin_runner.errors import EXIT_NOT_EVALUATED, ConfigError, UsageError
 from charpin_runner.owndir import ensure_folder
 from charpin_runner.runid import check_run_id, new_run_id
@@ -174,20 +173,26 @@ def run(planned: Planned, *, phase: Phase | None = None) -> RunResult:
 
 
 def _with_local_provisioning(repo: Path, extras: dict[str, HostExtras]) -> dict[str, HostExtras]:
-    """Provision and dispose commands run on this machine, so they come from this machine's
-    pyproject.toml (the working tree), never from the commit being run or a patch."""
+    """Provision and dispose commands run on this machine, so a host has them only when this
+    machine's pyproject.toml (the working tree) and the configuration's commit say the same.
+    Either alone is not enough: a test run on `local` can rewrite the working tree, and the
+    commit under review (or an agent's branch) is not this machine's choice."""
     local: dict[str, HostExtras] = {}
     if (repo / "pyproject.toml").is_file():
         try:
             local = decode_host_extras(load_config(repo).hosts)
         except ConfigError:
             local = {}
-    names = set(extras) | {name for name, extra in local.items() if extra.provision}
-    out = {}
-    for name in names:
-        mine = local.get(name, HostExtras())
-        base = extras.get(name, mine)
-        out[name] = msgspec.structs.replace(base, provision=mine.provision, dispose=mine.dispose)
+    out = dict(extras)
+    for name in set(extras) | set(local):
+        mine, theirs = local.get(name, HostExtras()), extras.get(name, HostExtras())
+        wanted = (mine.provision, mine.dispose)
+        if wanted != (theirs.provision, theirs.dispose) and (mine.provision or theirs.provision):
+            raise UsageError(
+                f"host {name}: provision/dispose commands differ between this machine's "
+                "pyproject.toml and the commit whose configuration is used; they run here, so "
+                "commit them (or remove them from both)"
+            )
     return out
 
 
