@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from charpin_runner.receipt import Identity, Receipt
+from charpin_runner.receipt import Identity, Receipt, Subtests
 
 from charpin_coordinator import gates as gate_rules
 from charpin_coordinator.gates import state_map
@@ -144,9 +144,16 @@ def _outcomes(receipts: Sequence[Labeled], base: Labeled) -> Dimension | None:
         # Set difference of (id, outcome) pairs runs in C: 100,000 tests cost milliseconds.
         candidates.update(k for k, _ in other.items() - first_items)
         candidates.update(first.keys() - other.keys())
+    subs = [r.subtests for _, r in receipts]
+    if any(subs):
+        # The same outcome with other subtests (fewer ran, another one failed) is drift too.
+        candidates.update(k for sub in subs for k in sub if any(o.get(k) != sub[k] for o in subs))
     rows = []
     for nodeid in sorted(candidates):
-        values = {label: m.get(nodeid, "not run") for label, m in zip(labels, maps, strict=False)}
+        values = {
+            label: _shown_outcome(m.get(nodeid, "not run"), sub.get(nodeid))
+            for label, m, sub in zip(labels, maps, subs, strict=False)
+        }
         if len(set(values.values())) > 1:
             rows.append(MatrixRow(item=nodeid, values=values))
     if not rows:
@@ -159,6 +166,16 @@ def _outcomes(receipts: Sequence[Labeled], base: Labeled) -> Dimension | None:
         details=[],
         matrix=rows,
     )
+
+
+def _shown_outcome(outcome: str, sub: Subtests | None) -> str:
+    """A test's outcome, with its subtests when it ran any: `passed · subtests 12 passed`."""
+    if sub is None:
+        return outcome
+    counts = [(sub.passed, "passed"), (sub.failed, "failed"), (sub.skipped, "skipped")]
+    shown = ", ".join(f"{n} {k}" for n, k in counts if n) or "none"
+    failing = f" ({', '.join(sub.failing)})" if sub.failing else ""
+    return f"{outcome} · subtests {shown}{failing}"
 
 
 def _odd_boxes(rows: list[MatrixRow], base_label: str) -> list[str]:

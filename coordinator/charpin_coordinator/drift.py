@@ -135,6 +135,7 @@ def _summary(label: str, r: Receipt, group: int) -> BoxSummary:
     counts = dict.fromkeys(OUTCOMES, 0)
     for outcome in r.outcomes.values():
         counts[outcome] += 1
+    failing = sorted(t for t, o in r.outcomes.items() if o in ("failed", "error"))[:MAX_FAILING]
     return BoxSummary(
         label=label,
         run_id=r.run_id,
@@ -147,7 +148,12 @@ def _summary(label: str, r: Receipt, group: int) -> BoxSummary:
         group=group,
         python=r.environment.python,
         platform=r.environment.platform,
-        failing=sorted(t for t, o in r.outcomes.items() if o in ("failed", "error"))[:MAX_FAILING],
+        failing=failing,
+        failing_subtests={
+            t: list(r.subtests[t].failing)
+            for t in failing
+            if t in r.subtests and r.subtests[t].failing
+        },
     )
 
 

@@ -178,10 +178,15 @@ def _failing_tests(report: DriftReport) -> list[str]:
     lines = []
     for box in report.boxes:
         for test in box.failing[:MAX_ROWS]:
-            lines.append(f"{box.label}: {test}")
+            lines.append(f"{box.label}: {test}{_subtests_note(box.failing_subtests.get(test))}")
         if len(box.failing) > MAX_ROWS:
             lines.append(f"{box.label}: ... {len(box.failing) - MAX_ROWS} more in drift.json")
     return lines
+
+
+def _subtests_note(failing: list[str] | None) -> str:
+    """` · failing subtests (i=1), (i=3)` for a test whose subtests failed."""
+    return f" · failing subtests {', '.join(failing)}" if failing else ""
 
 
 def _plain_dimension(dim: Dimension, labels: list[str]) -> list[str]:
@@ -323,7 +328,10 @@ def render_markdown(report: DriftReport) -> str:
     if tests:
         out += ["", "### Failing tests", ""]
         for box in tests:
-            shown_ids = ", ".join(_code(t) for t in box.failing[:MAX_ROWS])
+            shown_ids = ", ".join(
+                _code(t) + _md(_subtests_note(box.failing_subtests.get(t)))
+                for t in box.failing[:MAX_ROWS]
+            )
             more = len(box.failing) - MAX_ROWS
             out.append(
                 f"- {_code(box.label)}: {shown_ids}" + (f" and {more} more" if more > 0 else "")

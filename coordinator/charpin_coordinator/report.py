@@ -79,6 +79,8 @@ class BoxSummary(Base):
     # Tests that failed or errored on this box (sorted; at most MAX_FAILING listed). Failing
     # tests are not drift: exit bit 1 carries them, and every report lists them (#10).
     failing: list[str] = msgspec.field(default_factory=list)
+    # For those failing tests that ran subtests: the failing subtests, as pytest shows them.
+    failing_subtests: dict[str, list[str]] = msgspec.field(default_factory=dict)
 
 
 class GateResult(Base):

@@ -224,6 +224,32 @@ def _xfail_applies(item: pytest.Item, call: pytest.CallInfo[None]) -> bool | Non
     return bool(matches(exc.value)) if callable(matches) else None
 
 
+# A subtest report's label, counted as one of three kinds; the receipt keeps this many failing
+# subtest ids per test (the counts say how many there were).
+_SUBTEST_KINDS = {
+    "passed": "passed",
+    "xpassed": "passed",
+    "skipped": "skipped",
+    "xfailed": "skipped",
+}
+_SUBTEST_IDS = 20
+
+
+def _subtest_id(context: Any, module: str) -> str:
+    """A subtest as pytest shows it: `[msg] (key=value, ...)`, or `(<subtest>)`."""
+    parts = []
+    msg = getattr(context, "msg", None)
+    if msg is not None:
+        parts.append(f"[{msg}]")
+    kwargs = getattr(context, "kwargs", None)
+    if isinstance(kwargs, dict) and kwargs:
+        # pytest >= 9 stores the values already repr()-ed; the pytest-subtests plugin does not.
+        raw = module.startswith("_pytest.")
+        shown = ", ".join(f"{k}={v if raw else repr(v)}" for k, v in kwargs.items())
+        parts.append(f"({shown})")
+    return " ".join(parts) or "(<subtest>)"
+
+
 def _outcome(phases: dict[str, str]) -> str:
     setup = phases.get("setup")
     call = phases.get("call")
@@ -276,6 +302,9 @@ class Probe:
         # later hook relabels them.
         self.watch: list[tuple[str, str, str, pytest.TestReport]] = []
         self.executed: set[str] = set()
+        # Subtest reports per test id (controller only): counts, and the first failing ones.
+        self.subtests: dict[str, dict[str, int]] = {}
+        self.subtest_failing: dict[str, list[str]] = {}
         self.node_ids: dict[str, list[str]] = {}
         self.worker_data: dict[str, dict[str, Any]] = {}
         self.out: IO[str] | None = None
@@ -648,6 +677,9 @@ class Probe:
             return
         phases = self.phases.pop(nodeid, {}) if when == "teardown" else None
         if phases is None:
+            context = getattr(report, "context", None)
+            if context is not None:
+                self._subtest(nodeid, label, context, type(report).__module__)
             phases = self.phases.setdefault(nodeid, {})
             before = phases.get(when)
             # A failure sticks: with subtests the call phase reports once per subtest, then once
@@ -657,6 +689,19 @@ class Probe:
         phases[when] = (label, report.duration)
         if when == "teardown":
             self._finish_test(nodeid, phases)
+
+    def _subtest(self, nodeid: str, label: str, context: Any, module: str) -> None:
+        """Count one subtest report (unittest's subTest, pytest's `subtests` fixture) and keep
+        the parameters of a failing one; the test's own outcome is decided by its phases."""
+        counts = self.subtests.get(nodeid)
+        if counts is None:
+            counts = self.subtests[nodeid] = {"passed": 0, "failed": 0, "skipped": 0}
+        kind = _SUBTEST_KINDS.get(label, "failed")
+        counts[kind] += 1
+        if kind == "failed":
+            failing = self.subtest_failing.setdefault(nodeid, [])
+            if len(failing) < _SUBTEST_IDS:
+                failing.append(_subtest_id(context, module))
 
     def _compare(self, nodeid: str, when: str, expected: str, label: str) -> str:
         """Check a label against the prediction; return what pytest made of the test."""
@@ -695,19 +740,41 @@ class Probe:
     def _finish_test(self, nodeid: str, phases: dict[str, tuple[str, float]]) -> None:
         duration = round(sum([took for _, took in phases.values()]), 6)
         outcome = _outcome({when: label for when, (label, _) in phases.items()})
+        counts = self.subtests.pop(nodeid, None)
+        if counts is not None:
+            line: dict[str, Any] = {"kind": "report", "nodeid": nodeid, "outcome": outcome}
+            line["duration"] = duration
+            line["subtests"] = dict(counts, failing=self.subtest_failing.pop(nodeid, []))
+            self._emit(line if "teardown" in phases else dict(line, incomplete=True))
+            return
         if "teardown" in phases and self.out is not None:
             self.out.write(
                 f'{{"kind":"report","nodeid":{_quote(nodeid)},"outcome":"{outcome}",'
                 f'"duration":{duration!r}}}\n'
             )
             return
-        line = {"kind": "report", "nodeid": nodeid, "outcome": outcome, "duration": duration}
-        self._emit(dict(line, incomplete=True))
+        self._emit(
+            {
+                "kind": "report",
+                "nodeid": nodeid,
+                "outcome": outcome,
+                "duration": duration,
+                "incomplete": True,
+            }
+        )
 
 
 # What the probe checks at the end for replacement by the code under test (see Probe._tampered).
 _GUARDED = ("_label", "_accepted", "_xfail_applies", "_outcome", "_quote")
-_GUARDED_ATTRS = ("_saw", "_compare", "_finish_test", "_rewritten", "_emit", "_check_watch")
+_GUARDED_ATTRS = (
+    "_saw",
+    "_compare",
+    "_finish_test",
+    "_rewritten",
+    "_emit",
+    "_check_watch",
+    "_subtest",
+)
 _GUARDED_STATE = ("seen", "failing", "unverified", "phases")
 
 

@@ -9,7 +9,8 @@ session never ended. Line kinds, in the order they usually appear:
 * start       pytest_version, plugins, conftests (those loaded before collection)
 * collection  collected, order, filtered, dropped, selected, late_dropped, ledger, conftests, notes
 * setup       nodeid: the test's setup phase was reported (so it counts as executed)
-* report      nodeid, outcome, duration: one per test, after its teardown
+* report      nodeid, outcome, duration: one per test, after its teardown; subtests (passed,
+              failed, skipped, failing) when the test ran subtests
 * rewritten   nodeid, when, seen, reported, after (optional): another hook changed an outcome
               after pytest made it; `seen` is what pytest's own handling made of it, and `after`
               says the change came after the probe had recorded the report
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from charpin_runner.receipt import OUTCOMES, Deselected, Widening
+from charpin_runner.receipt import OUTCOMES, Deselected, Subtests, Widening
 
 # Notes name at most this many ids, so one odd run cannot produce a megabyte of notes.
 _NOTE_IDS = 5
@@ -86,6 +87,8 @@ class ProbeData:
     # Files or modules pytest could not collect (an ImportError in a conftest, a missing
     # generated file): (node id, the first lines of the error).
     collect_errors: list[tuple[str, str]] = field(default_factory=list)
+    # Per test id that ran subtests: their counts and the first failing ones.
+    subtests: dict[str, Subtests] = field(default_factory=dict)
 
 
 def read_probe(path: Path) -> ProbeData:
@@ -200,6 +203,7 @@ def _read_report(data: ProbeData, record: dict[str, Any]) -> None:
         raise ValueError(f"unknown outcome {outcome!r}")
     if not isinstance(duration, (int, float)) or isinstance(duration, bool):
         raise TypeError("duration must be a number")
+    subtests = _read_subtests(record["subtests"]) if "subtests" in record else None
     before = data.outcomes.get(nodeid)
     if before is not None:
         if before in _FAILING and outcome not in _FAILING:
@@ -209,8 +213,27 @@ def _read_report(data: ProbeData, record: dict[str, Any]) -> None:
         data.notes.append(f"{nodeid} was reported twice; the last report is kept")
     data.outcomes[nodeid] = outcome
     data.durations[nodeid] = float(duration)
+    if subtests is not None:
+        data.subtests[nodeid] = subtests
     if record.get("incomplete") is True:
         data.notes.append(f"{nodeid} never reported its teardown (interrupted or crashed)")
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError("expected a count")
+    return value
+
+
+def _read_subtests(value: Any) -> Subtests:
+    if not isinstance(value, dict):
+        raise TypeError("subtests must be an object")
+    return Subtests(
+        passed=_count(value.get("passed", 0)),
+        failed=_count(value.get("failed", 0)),
+        skipped=_count(value.get("skipped", 0)),
+        failing=_strs(value.get("failing", [])),
+    )
 
 
 def _read_setup(data: ProbeData, record: dict[str, Any]) -> None:

@@ -178,6 +178,20 @@ class Pins:
 
 
 @dataclass(frozen=True)
+class Subtests:
+    """The subtests one test ran (unittest's subTest, pytest's `subtests` fixture).
+
+    failing holds the first failing ones as pytest shows them, `[msg] (key=value)`; the counts
+    are complete. A failing subtest makes its test `failed` in outcomes.
+    """
+
+    passed: int
+    failed: int
+    skipped: int
+    failing: list[str]
+
+
+@dataclass(frozen=True)
 class Exit:
     """The test command's status as the parent measured it, and what it means.
 
@@ -242,6 +256,8 @@ class Receipt:
     pins: Pins
     exit: Exit
     environment: Environment
+    # Per test id that ran subtests (added in 0.2; older receipts decode as none).
+    subtests: dict[str, Subtests] = field(default_factory=dict)
 
 
 def to_dict(receipt: Receipt) -> dict[str, Any]:

@@ -250,6 +250,10 @@ def summary_lines(receipt: Receipt, path: str) -> list[str]:
     dirty = len(receipt.tree.dirty_before)
     counts = [(o, sum(1 for v in receipt.outcomes.values() if v == o)) for o in OUTCOMES]
     outcomes = " · ".join(f"{n} {o}" for o, n in counts if n) or "none reported"
+    subtests = receipt.subtests.values()
+    if subtests:
+        sub = [(k, sum(getattr(s, k) for s in subtests)) for k in ("passed", "failed", "skipped")]
+        outcomes += " · subtests " + ", ".join(f"{n} {k}" for k, n in sub if n)
     return [
         f"charpin receipt {receipt.run_id} · label {receipt.label} · "
         f"commit {receipt.identity.head_before[:7]} · {dirty} dirty path{_plural(dirty)}",

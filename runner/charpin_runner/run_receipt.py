@@ -123,6 +123,7 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         environment=replace(
             _environment(request, run.probe), sandbox=_sandbox_name(guard)
         ),
+        subtests={k: v for k, v in sorted(run.probe.subtests.items()) if k in run.probe.outcomes},
     )
     # Test ids, conftest paths and notes come from the child and may carry undecodable bytes
     # from file names; the receipt must be valid UTF-8 JSON, so they get the paths' escape.
@@ -277,12 +278,15 @@ def build_command(request: Request, probe: Path, ledger: str | None) -> list[str
     """The full test command line: the configured command plus the probe plugin's options."""
     config = request.config
     argv = list(config.test_command or [sys.executable, "-m", "pytest"])
-    argv += ["-p", "charpin_runner.plugin", "--charpin-receipt", str(probe)]
-    argv += ["--charpin-root", str(request.repo)]
+    # One token per option (`--opt=value`): pytest-xdist's workers find their rootdir from the
+    # arguments, and a separate value (the probe's path in a temporary folder) counts there as
+    # a test path, moving the workers' rootdir, and every node id, to a common parent.
+    argv += ["-p", "charpin_runner.plugin", f"--charpin-receipt={probe}"]
+    argv += [f"--charpin-root={request.repo}"]
     if ledger is not None:
-        argv += ["--charpin-ledger", str(request.repo / ledger)]
+        argv += [f"--charpin-ledger={request.repo / ledger}"]
     today = request.today or datetime.now(timezone.utc).date().isoformat()
-    argv += ["--charpin-today", today, "-p", "no:cacheprovider"]
+    argv += [f"--charpin-today={today}", "-p", "no:cacheprovider"]
     return argv + list(config.pytest_args) + list(request.extra)
 
 
@@ -408,5 +412,14 @@ def _quarantine(probe: ProbeData, ledger: str | None, ledger_sha: str | None) ->
 
 def _recorded_command(argv: list[str], probe: Path, repo: Path) -> list[str]:
     """argv with the per-run paths replaced, so two boxes' commands compare equal."""
-    swaps = {str(probe): "{probe}", str(repo): "{repo}"}
-    return [swaps.get(arg, arg.replace(str(repo) + os.sep, "{repo}" + os.sep)) for arg in argv]
+    def swap(arg: str) -> str:
+        name, eq, value = arg.partition("=")
+        if eq and name.startswith("--charpin-"):
+            return f"{name}={swap(value)}"
+        if arg == str(probe):
+            return "{probe}"
+        if arg == str(repo):
+            return "{repo}"
+        return arg.replace(str(repo) + os.sep, "{repo}" + os.sep)
+
+    return [swap(arg) for arg in argv]

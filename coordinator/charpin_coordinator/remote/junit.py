@@ -38,7 +38,8 @@ def to_junit(report: DriftReport) -> bytes:
     """Return the report as a JUnit XML document (UTF-8, with declaration)."""
     labels = [box.label for box in report.boxes]
     failing = {box.label: box.failing for box in report.boxes}
-    return gates_junit(labels, report.gates, report.not_evaluated, failing)
+    subtests = {box.label: box.failing_subtests for box in report.boxes}
+    return gates_junit(labels, report.gates, report.not_evaluated, failing, subtests)
 
 
 def gates_junit(
@@ -46,6 +47,7 @@ def gates_junit(
     gates: Sequence[GateRow],
     not_evaluated: Sequence[NotEvaluated],
     failing: dict[str, list[str]] | None = None,
+    subtests: dict[str, dict[str, list[str]]] | None = None,
 ) -> bytes:
     """One suite per label holding its gates and a failing case per test that failed there
     (classname charpin.<box>.tests), one error case per box not evaluated."""
@@ -56,7 +58,12 @@ def gates_junit(
             case = ET.SubElement(
                 suite, "testcase", classname=_clean(f"charpin.{label}.tests"), name=_clean(test)
             )
-            ET.SubElement(case, "failure", type="test", message=_clean(f"{test} failed on {label}"))
+            failure = ET.SubElement(
+                case, "failure", type="test", message=_clean(f"{test} failed on {label}")
+            )
+            failed_subtests = (subtests or {}).get(label, {}).get(test)
+            if failed_subtests:
+                failure.text = _clean("failing subtests:\n" + "\n".join(failed_subtests))
         _count(suite)
     for missing in not_evaluated:
         suite = _suite(root, missing.label, [])
