@@ -114,6 +114,7 @@ def comparable(receipt: Receipt) -> tuple[object, ...]:
         receipt.tree,
         receipt.collection,
         receipt.outcomes,
+        receipt.subtests,
         receipt.fixtures,
         receipt.quarantine,
         receipt.pins,
@@ -147,6 +148,7 @@ def _summary(label: str, r: Receipt, group: int) -> BoxSummary:
         counts={k: v for k, v in counts.items() if v},
         group=group,
         python=r.environment.python,
+        id_root=r.environment.id_root,
         platform=r.environment.platform,
         failing=failing,
         failing_subtests={

@@ -97,6 +97,7 @@ def _box_line(report: DriftReport, index: int) -> str:
     return (
         f"{box.label}: commit {box.commit[:12]} · {box.interpretation} (exit {box.exit_status}) · "
         f"collected {box.collected} · executed {box.executed} · {counts}"
+        + (f" · ids: {{repo}} = {box.id_root}" if box.id_root else "")
     )
 
 

@@ -81,6 +81,8 @@ class BoxSummary(Base):
     failing: list[str] = msgspec.field(default_factory=list)
     # For those failing tests that ran subtests: the failing subtests, as pytest shows them.
     failing_subtests: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    # The checkout path `{repo}` stands for in this box's node ids, when any id held it.
+    id_root: str | None = None
 
 
 class GateResult(Base):

@@ -16,8 +16,10 @@ PYTEST_DONT_REWRITE: there are no asserts here, and skipping the rewrite keeps s
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
+import re
 import types
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pytest
 
 from charpin_runner.errors import ConfigError
+from charpin_runner.receipt import REPO_IN_IDS
 
 if TYPE_CHECKING:
     from charpin_runner.ledger import Ledger
@@ -125,6 +128,23 @@ def _id_prefix(config: pytest.Config, root: Path) -> tuple[str, list[str]]:
         note = f"pytest rootdir {config.rootpath} is outside --charpin-root {root}; ids not rebased"
         return "", [note]
     return rel.replace(os.sep, "/") + "/", []
+
+
+# pytest's limit for a string parameter used whole as its id (`parametrize_long_str_id_strategy`).
+_LONG_ID = 100
+
+
+def _long_id_strategy(config: pytest.Config) -> str:
+    try:
+        return str(config.getini("parametrize_long_str_id_strategy"))
+    except ValueError:  # pytest < 9: no such setting, long strings are used whole
+        return "legacy"
+
+
+def _root_spellings(root: Path) -> tuple[str, ...]:
+    """The repository's path as it may appear in ids: as given and resolved, longest first."""
+    found = {str(root), os.path.realpath(root)}
+    return tuple(sorted((r for r in found if len(r) > 1), key=len, reverse=True))
 
 
 def _posix_rel(path: str, root: Path) -> str:
@@ -281,6 +301,13 @@ class Probe:
         root_opt = config.getoption("charpin_root")
         self.root = _resolve_path(config, root_opt) if root_opt else config.rootpath
         self.prefix, self.notes = _id_prefix(config, self.root)
+        # The repository's absolute path inside a node id (tests parametrized over files) is
+        # written as REPO_IN_IDS, so the same test has the same id in every checkout.
+        self.roots = _root_spellings(self.root)
+        # Only a whole path: /work/app must not turn /work/app2 into {repo}2.
+        self.root_pattern = re.compile(
+            "|".join(re.escape(root) for root in self.roots) + r"(?![\w.-])"
+        )
         self.today = _today(config.getoption("charpin_today"))
         self.ledger = self._load_ledger(config.getoption("charpin_ledger"))
         self.collecting = False
@@ -363,7 +390,10 @@ class Probe:
                 pass  # closed under us by the code under test: the missing lines show it
 
     def _id(self, nodeid: str) -> str:
-        return self.prefix + nodeid
+        nodeid = self.prefix + nodeid
+        if any(root in nodeid for root in self.roots):
+            nodeid = self.root_pattern.sub(REPO_IN_IDS, nodeid)
+        return nodeid
 
     # -- session ------------------------------------------------------------------------------
 
@@ -424,6 +454,27 @@ class Probe:
         return found
 
     # -- collection ---------------------------------------------------------------------------
+
+    def pytest_make_parametrize_id(
+        self, config: pytest.Config, val: object, argname: str
+    ) -> str | None:
+        """Decide a path parameter's id by the path as `{repo}`-relative, not by its length here.
+
+        pytest >= 9 gives a string parameter over 100 characters the id `argname0` instead of
+        the string: a golden file's path would then be its id in a short checkout and `path0` in
+        a long one. Only strings holding the repository's path are touched; a conftest's own
+        hook runs first and wins.
+        """
+        if not isinstance(val, str) or not any(root in val for root in self.roots):
+            return None
+        shown = self.root_pattern.sub(REPO_IN_IDS, val)
+        if len(shown) > _LONG_ID:
+            if _long_id_strategy(config) == "sha256":
+                return hashlib.sha256(shown.encode("utf-8")).hexdigest()
+            return None  # pytest's own rule, as it would apply in any checkout
+        if not (val.isascii() and val.isprintable()):
+            return None  # pytest escapes it; the escaped root is not ours to rewrite
+        return val
 
     if _NEW_STYLE:
 
@@ -642,7 +693,7 @@ class Probe:
             elif applies:
                 outcome = "xfailed"
             else:
-                self.failing.add(self.prefix + report.nodeid)
+                self.failing.add(self._id(report.nodeid))
         self.seen[(report.nodeid, report.when)] = outcome
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -657,6 +708,10 @@ class Probe:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Hot path: runs three times per test, so it formats its lines by hand (benchmark).
         nodeid = self.prefix + report.nodeid
+        for root in self.roots:
+            if root in nodeid:
+                nodeid = self._id(report.nodeid)
+                break
         when = str(report.when)
         label: str = report.outcome  # _label(report), inline on the hot path
         if hasattr(report, "wasxfail"):

@@ -20,6 +20,9 @@ from typing import Any, Literal, Optional
 SCHEMA_VERSION = 1
 # The one size limit on a receipt, wherever one is read: a box's reply, a file given to compare.
 MAX_RECEIPT_BYTES = 256 * 1024 * 1024
+# What stands for the repository's absolute path inside a node id (tests parametrized over
+# files), so that a test has one id in every checkout; environment.id_root says what it was.
+REPO_IN_IDS = "{repo}"
 # A failing pin's detail in the receipt: enough for a one-cent diff, never a whole output.
 DETAIL_LINES = 40
 
@@ -229,6 +232,9 @@ class Environment:
     # "bwrap-confined" when it also had no network and only its checkout writable (verify),
     # "none" otherwise (added in 0.2; older receipts decode as "none").
     sandbox: str = "none"
+    # The repository path that `{repo}` stands for in this receipt's node ids (tests
+    # parametrized over absolute file paths), None when no id held it (added in 0.2).
+    id_root: Optional[str] = None
 
 
 @dataclass(frozen=True)

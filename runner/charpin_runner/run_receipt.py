@@ -34,6 +34,7 @@ from charpin_runner.probe import ProbeData, read_probe
 from charpin_runner.procgroup import StopFlag, kill_adopted, run_child
 from charpin_runner.receipt import (
     OUTCOMES,
+    REPO_IN_IDS,
     SCHEMA_VERSION,
     Collection,
     Environment,
@@ -121,7 +122,9 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
             interpret(ending, run.probe, tuple(reasons)), gitstate.setup_notes(git_before)
         ),
         environment=replace(
-            _environment(request, run.probe), sandbox=_sandbox_name(guard)
+            _environment(request, run.probe),
+            sandbox=_sandbox_name(guard),
+            id_root=_id_root(request.repo, run.probe),
         ),
         subtests={k: v for k, v in sorted(run.probe.subtests.items()) if k in run.probe.outcomes},
     )
@@ -219,6 +222,15 @@ def _environment(request: Request, probe: ProbeData) -> Environment:
         host_key_fingerprint=request.host_key_fingerprint,
         host_key_accepted_new=request.host_key_accepted_new,
     )
+
+
+def _id_root(repo: Path, probe: ProbeData) -> str | None:
+    """The path `{repo}` stands for in this receipt's node ids, when any id holds it."""
+    if any(REPO_IN_IDS in nodeid for nodeid in probe.collected) or any(
+        REPO_IN_IDS in nodeid for nodeid in probe.outcomes
+    ):
+        return os.path.realpath(repo)
+    return None
 
 
 def watched_roots(repo: Path, config: CharpinConfig, given: bool) -> list[str]:

@@ -151,8 +151,8 @@ def test_compare_shows_the_subtest_counts_that_moved(
     capsys.readouterr()
     main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json"])
     report = json.loads(capsys.readouterr().out)
-    rows = [d for d in report["dimensions"] if d["name"] == "outcomes"][0]["matrix"]
-    row = [r for r in rows if r["item"] == "tests/test_golden.py::test_golden_files"][0]
+    rows = next(d for d in report["dimensions"] if d["name"] == "outcomes")["matrix"]
+    row = next(r for r in rows if r["item"] == "tests/test_golden.py::test_golden_files")
     assert sorted(row["values"].values()) == [
         "passed · subtests 2 passed",
         "passed · subtests 3 passed",
