@@ -83,7 +83,7 @@ def _tree(receipts: Sequence[Labeled]) -> Dimension | None:
     details, boxes = [], []
     for label, r in receipts:
         t = r.tree
-        dirty = gate_rules.undeclared(t.dirty_after, t.outputs)
+        dirty = gate_rules.users_dirt(r)
         written = gate_rules.undeclared(t.written, t.outputs)
         if not (dirty or written):
             continue

@@ -115,8 +115,18 @@ def _identity(r: Receipt, expected: str | None) -> Verdict:
     return "PASS", f"ran {i.head_before[:12]}"
 
 
+def users_dirt(r: Receipt) -> list[str]:
+    """Uncommitted paths after the run, less what `prepare` wrote that the run left alone."""
+    t = r.tree
+    if not t.prepared:
+        return undeclared(t.dirty_after, t.outputs)
+    prepared, written = set(t.prepared), set(t.written)
+    kept = [p for p in t.dirty_after if p not in prepared or p in written]
+    return undeclared(kept, t.outputs)
+
+
 def _clean_tree(r: Receipt) -> Verdict:
-    dirty = undeclared(r.tree.dirty_after, r.tree.outputs)
+    dirty = users_dirt(r)
     written = undeclared(r.tree.written, r.tree.outputs)
     if not dirty and not written:
         return "PASS", "no undeclared changes"

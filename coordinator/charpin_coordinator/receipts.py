@@ -188,6 +188,7 @@ _PATH_SETS = _sets(
     "tree.written",
     "tree.flagged_before",
     "tree.flagged_after",
+    "tree.prepared",
     "fixtures.roots",
     "fixtures.added",
     "fixtures.removed",

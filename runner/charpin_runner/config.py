@@ -81,6 +81,18 @@ class PinsConfig:
     # Output files up to this size that decode as UTF-8 keep their text in the golden for diffs.
     text_limit: int = 65536
     diff_lines: int = 80
+    # Repository folders put on PYTHONPATH for every pin, so a target imports the repository's
+    # own packages the way the project runs them (pytest's `pythonpath`, for pins). None means
+    # the repository root, plus src/ when that folder exists.
+    pythonpath: Optional[list[str]] = None
+
+    def __post_init__(self) -> None:
+        for folder in self.pythonpath or []:
+            parts = folder.replace("\\", "/").split("/")
+            if not folder or folder.startswith("/") or ".." in parts:
+                raise ValueError(
+                    f"pythonpath folder {folder!r} must be a relative path inside the repository"
+                )
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,11 @@ class CharpinConfig:
     ledger: str = DEFAULT_LEDGER
     env_allow: list[str] = field(default_factory=list)
     timeout: Optional[float] = None
+    # Installs dependencies into a venv cached by the dependency files (run when it misses).
     setup: list[str] = field(default_factory=list)
+    # Makes each fresh checkout ready (`pip install -e . --no-deps`, generated files): run in
+    # every run's checkout, in a per-run copy of the venv; what it writes is its own, not dirt.
+    prepare: list[str] = field(default_factory=list)
     inventory: str = DEFAULT_INVENTORY
     pins: PinsConfig = field(default_factory=PinsConfig)
     # Host extras are validated strictly by the coordinator; boxes never read them.

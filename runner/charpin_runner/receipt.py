@@ -81,6 +81,9 @@ class Tree:
     outputs: list[str]
     flagged_before: list[str] = field(default_factory=list)
     flagged_after: list[str] = field(default_factory=list)
+    # Paths the `prepare` commands wrote into a checkout verified equal to the commit just
+    # before (a box run); they are not in dirty_before, which is the user's dirt (added in 0.2).
+    prepared: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,12 @@ def add_parsers(sub: Any) -> None:
     add("--today", metavar="YYYY-MM-DD", help="date used for ledger expiry (default: UTC today)")
     add("--no-pins", action="store_true", help="do not replay pins")
     add(
+        "--prepared",
+        action="store_true",
+        help="the checkout was verified equal to the commit before `prepare` ran in it: what "
+        "is uncommitted now, prepare wrote (listed as tree.prepared, not as dirt)",
+    )
+    add(
         "--sandbox",
         default="auto",
         choices=sandbox.MODES,
@@ -191,6 +197,7 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
         ),
         host_key_accepted_new=bool(args.host_key_accepted_new),
         replay_pins=not args.no_pins,
+        prepared=bool(args.prepared),
         watch_given=watch_given(repo, Path(args.config_json) if args.config_json else None),
         extra=extra,
     )

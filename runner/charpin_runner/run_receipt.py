@@ -65,6 +65,8 @@ class Request:
     host_key_fingerprint: str | None = None
     host_key_accepted_new: bool = False
     replay_pins: bool = True
+    # The box agent verified the checkout before `prepare` wrote into it (see Tree.prepared).
+    prepared: bool = False
     # False when [tool.charpin] has no `watch` key, i.e. the default root is in force.
     watch_given: bool = True
     extra: list[str] = field(default_factory=list)
@@ -111,7 +113,7 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         started_at=started_at,
         wall_seconds=run.wall,
         identity=_identity(request, git_before, git_after),
-        tree=_tree(config, git_before, git_after),
+        tree=_tree(config, git_before, git_after, request.prepared),
         collection=_collection(run.probe),
         outcomes={k: cast(Outcome, v) for k, v in run.probe.outcomes.items() if v in OUTCOMES},
         durations=dict(run.probe.durations),
@@ -381,9 +383,16 @@ def _identity(request: Request, before: gitstate.GitState, after: gitstate.GitSt
     )
 
 
-def _tree(config: CharpinConfig, before: gitstate.GitState, after: gitstate.GitState) -> Tree:
+def _tree(
+    config: CharpinConfig,
+    before: gitstate.GitState,
+    after: gitstate.GitState,
+    prepared: bool = False,
+) -> Tree:
     return Tree(
-        dirty_before=before.dirty,
+        # After `prepare` in a verified checkout, everything uncommitted is prepare's.
+        dirty_before=[] if prepared else before.dirty,
+        prepared=before.dirty if prepared else [],
         dirty_after=after.dirty,
         dirty_digest_before=before.digest,
         dirty_digest_after=after.digest,

@@ -72,6 +72,12 @@ BAD_TABLES = [
         {"test_command": []},
         "test_command must not be empty; leave it out for python -m pytest - at `$.tool.charpin`",
     ),
+    (
+        {"pins": {"pythonpath": ["src", "/opt/libs"]}},
+        "pythonpath folder '/opt/libs' must be a relative path inside the repository"
+        " - at `$.tool.charpin.pins`",
+    ),
+    ({"pins": {"pythonpath": "src"}}, "at `$.tool.charpin.pins.pythonpath`"),
 ]
 
 
@@ -87,7 +93,13 @@ def test_runner_and_coordinator_refuse_the_same_config_with_the_same_path(table,
 
 
 def test_a_good_table_decodes_identically_on_both_sides():
-    table = {"watch": ["data"], "outputs": ["out/"], "timeout": 30, "env_allow": ["FOO"]}
+    table = {
+        "watch": ["data"],
+        "outputs": ["out/"],
+        "timeout": 30,
+        "env_allow": ["FOO"],
+        "pins": {"pythonpath": [".", "src"]},
+    }
     assert decode_table(table) == runner_config.from_table(table)
 
 

@@ -52,6 +52,8 @@ class RunPlan:
     sandbox: str = "auto"  # the runner's --sandbox: auto, required or off
     patch_sha256: str = ""  # `verify`: the patch this snapshot applies, recorded in receipts
     confine: bool = False  # `verify`: no network, only the checkout writable (under bwrap)
+    # Commands run in every shipped checkout after setup, in a per-run venv (`prepare`).
+    prepare: Sequence[str] = ()
     # Secrets of the coordinator's environment, masked in all a box gives back (design §8).
     redactor: Redactor = field(default_factory=lambda: Redactor.from_env(os.environ))
 
@@ -190,7 +192,8 @@ class _Pipeline:
             "folder": receipt_label(self.label).replace("@", "_").replace("+", "_"),
             "repo_key": self.plan.repo_key,
             "commit": self.plan.snap.commit,
-            "need_venv": bool(self._setup_commands()) and self.target.in_place is None,
+            "need_venv": bool(self._setup_commands() or self.plan.prepare)
+            and self.target.in_place is None,
             "keep": self.plan.keep,
             "in_place": self.target.in_place or "",
             "python": self.target.python,
@@ -232,6 +235,7 @@ class _Pipeline:
 
     def _setup(self, facts: Mapping[str, Any]) -> None:
         commands = self._setup_commands()
+        prepare = list(self.plan.prepare)
         if not commands:
             if not facts.get("has_pytest"):
                 raise BoxError(
@@ -240,10 +244,13 @@ class _Pipeline:
                     f"{self.target.python} cannot import pytest; add "
                     'setup = ["pip install pytest"] to [tool.charpin] (or the host\'s table)',
                 )
-            return
+            if not prepare:
+                return
         seconds = self._left()
         self._call(
-            "setup", {"commands": commands, "seconds": seconds}, timeout=seconds + STEP_SECONDS
+            "setup",
+            {"commands": commands, "prepare": prepare, "seconds": seconds},
+            timeout=seconds + STEP_SECONDS,
         )
 
     def _launch(self, sha: str | None) -> tuple[int | None, str]:

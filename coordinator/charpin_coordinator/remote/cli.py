@@ -25,7 +25,7 @@ from charpin_coordinator.remote.hosts import (
     parse_host_list,
     resolve_hosts,
 )
-from charpin_coordinator.remote.run import DEFAULT_TIMEOUT, Options, plan, run
+from charpin_coordinator.remote.run import DEFAULT_TIMEOUT, Options, Planned, plan, run
 
 DEFAULT_HOSTS = "local,clean"
 
@@ -142,6 +142,7 @@ def run_remote(args: argparse.Namespace) -> int:
     planned = plan(options)
     _warn_local_commit(options.repo, names, args.commit, planned.plan.snap.commit)
     _warn_uncommitted_config(options.repo, planned.plan.snap.commit, planned.plan.config_table)
+    _note_clean_interpreter(planned)
     with make_progress(names, quiet=args.quiet or args.json) as progress:
         result = run(planned, phase=progress.phase)
     from charpin_coordinator.remote.output import emit, warn_disposals  # imported meanwhile
@@ -161,6 +162,19 @@ def _warn_local_commit(repo: Path, names: list[str], rev: str, commit: str) -> N
             f"--commit {rev} ({commit[:12]}), so its Identity gate will fail; drop local from "
             "--hosts to compare only shipped snapshots\n"
         )
+
+
+def _note_clean_interpreter(planned: Planned) -> None:
+    """Without `setup`, the clean box has no venv of its own: say whose packages it sees."""
+    for target in planned.targets:
+        setup = planned.plan.setup if target.setup is None else target.setup
+        if target.label == "clean" and not setup:
+            sys.stderr.write(
+                f"charpin-remote: note: clean has no `setup`, so its tests run with "
+                f"{target.python} and every package installed there (this coordinator's own "
+                'included); add setup = ["pip install -r requirements.txt"] (or your install '
+                "line) for a venv with only the project's dependencies\n"
+            )
 
 
 def _warn_uncommitted_config(repo: Path, commit: str, used: Mapping[str, Any]) -> None:

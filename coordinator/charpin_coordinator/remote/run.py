@@ -122,6 +122,7 @@ def plan(options: Options) -> Planned:
         snap=snap,
         config_table=loaded.table,
         setup=list(loaded.charpin.setup),
+        prepare=list(loaded.charpin.prepare),
         timeout=options.timeout or loaded.charpin.timeout or DEFAULT_TIMEOUT,
         keep=options.keep,
         runner=runner_bundle(),

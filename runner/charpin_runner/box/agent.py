@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import select
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -37,6 +38,8 @@ class Agent:
         self.caches: list[Path] = []
         self.python = sys.executable
         self.launched = False
+        # Set when prepare ran in this run's fresh checkout (see setup()).
+        self.prepared = False
         self.gone = False  # the stream ended while a step was running
         self.steps: dict[str, Callable[[dict[str, Any], bytes], Reply]] = {
             "prepare": self.prepare,
@@ -126,14 +129,30 @@ class Agent:
         commands = header.get("commands")
         if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):
             raise UsageError("box protocol: setup commands must be a list of strings")
-        made = venv.build(self._layout().venvs, self._layout().src, commands, float(header["seconds"]))
-        self.caches.append(Path(made["venv"]))
-        self.python = str(made["python"])
+        prepare = header.get("prepare") or []
+        if not isinstance(prepare, list) or not all(isinstance(c, str) for c in prepare):
+            raise UsageError("box protocol: prepare commands must be a list of strings")
+        where = self._layout()
+        ends = time.monotonic() + float(header["seconds"])
+        made: dict[str, Any] = {"cached": True}
+        if commands:
+            made = venv.build(where.venvs, where.src, commands, float(header["seconds"]))
+            self.caches.append(Path(made["venv"]))
+            self.python = str(made["python"])
+        if prepare:
+            left = max(ends - time.monotonic(), 1.0)
+            self.python = venv.prepare(where.run, self.python, where.src, prepare, left)
+            # The checkout was verified equal to the commit before: what is uncommitted in it
+            # now, prepare wrote (the receipt lists it apart from the user's dirt).
+            self.prepared = True
+        made["python"] = self.python
         return made, b""
 
     def launch(self, header: dict[str, Any], payload: bytes) -> Reply:
         where = self._layout()
         argv = launch.receipt_argv(self.python, where, header, self.caches)
+        if self.prepared:
+            argv.append("--prepared")
         env = dict(os.environ)
         for item in header.get("env") or []:
             name, _, value = str(item).partition("=")

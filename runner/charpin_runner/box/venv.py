@@ -39,7 +39,13 @@ def venv_key(src: Path, commands: Sequence[str]) -> str:
 
 
 def build(venvs: Path, src: Path, commands: Sequence[str], seconds: float) -> dict[str, Any]:
-    """Return {"python", "venv", "cached"} for a venv where commands ran (or had run) in src."""
+    """Return {"python", "venv", "cached"} for a venv where commands ran (or had run).
+
+    The commands run in a throwaway copy of the checkout, never in src: what they write
+    (`*.egg-info`, build/) would otherwise be in the first run's checkout only. An editable
+    install of the project made here would point at that copy after it is gone, so it is
+    refused with the fix (install the project in `prepare`, which runs for every checkout).
+    """
     ends = time.monotonic() + seconds
     venv = venvs / venv_key(src, commands)
     python = venv / "bin" / "python"
@@ -49,15 +55,106 @@ def build(venvs: Path, src: Path, commands: Sequence[str], seconds: float) -> di
         if not cached:
             shutil.rmtree(venv, ignore_errors=True)
             _run([sys.executable, "-m", "venv", str(venv)], src, dict(os.environ), ends)
-            env = dict(
-                os.environ,
-                VIRTUAL_ENV=str(venv),
-                PATH=str(venv / "bin") + os.pathsep + os.environ.get("PATH", ""),
-            )
-            for command in commands:
-                _run(command, src, env, ends, shell=True)  # noqa: S604 - the setup lines are shell
+            work = Path(f"{venv}.work")
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(src, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            try:
+                for command in commands:
+                    _run(command, work, _venv_env(venv), ends, shell=True)  # noqa: S604 - shell
+                editable = _editables(venv, work) + _own_packages(venv, work)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            if editable:
+                shutil.rmtree(venv, ignore_errors=True)
+                raise BoxStepError(
+                    "setup-failed",
+                    f"setup installed the project itself ({', '.join(editable)}) into the "
+                    "cached venv, where every later commit would import this first checkout: "
+                    'install it in `prepare` (prepare = ["pip install -e . --no-deps"]), which '
+                    "runs for each checkout, and keep only its dependencies in `setup`",
+                )
             (venv / ".ok").touch()
     return {"python": str(python), "venv": str(venv), "cached": cached}
+
+
+def prepare(
+    run: Path, base_python: str, src: Path, commands: Sequence[str], seconds: float
+) -> str:
+    """Run the prepare commands in src with a per-run venv over base_python's packages; return
+    that venv's python.
+
+    The per-run venv sees every package of base_python (a site directory added by a .pth file)
+    and takes whatever the commands install (an editable install of this checkout), so the
+    cached venv is never written by a run, whatever the commit's build code does.
+    """
+    ends = time.monotonic() + seconds
+    venv = run / "venv"
+    _run([base_python, "-m", "venv", "--without-pip", str(venv)], src, dict(os.environ), ends)
+    python = venv / "bin" / "python"
+    base_sites = _site_dirs(base_python, src, ends)
+    ours = _site_dirs(str(python), src, ends)
+    line = "; ".join(f"site.addsitedir({d!r})" for d in base_sites if d not in ours)
+    (Path(ours[0]) / "_charpin_base.pth").write_text(f"import site; {line}\n")
+    for command in commands:
+        _run(command, src, _venv_env(venv), ends, shell=True)  # noqa: S604 - shell, as written
+    return str(python)
+
+
+def _venv_env(venv: Path) -> dict[str, str]:
+    return dict(
+        os.environ,
+        VIRTUAL_ENV=str(venv),
+        PATH=str(venv / "bin") + os.pathsep + os.environ.get("PATH", ""),
+    )
+
+
+def _site_dirs(python: str, cwd: Path, ends: float) -> list[str]:
+    code = "import sysconfig as s; p = s.get_paths(); print(p['purelib']); print(p['platlib'])"
+    done = subprocess.run(
+        [python, "-I", "-c", code],
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=max(ends - time.monotonic(), 1.0),
+        check=False,
+    )
+    if done.returncode != 0:
+        raise BoxStepError("setup-failed", f"{python} cannot report its site-packages: {done.stderr}")
+    return list(dict.fromkeys(done.stdout.split()))
+
+
+def _own_packages(venv: Path, work: Path) -> list[str]:
+    """The checkout's own top-level packages that setup copied into the venv (`pip install .`):
+    every later commit would import that copy instead of its checkout."""
+    own: set[str] = set()
+    for base in (work, work / "src"):
+        own.update(p.parent.name for p in base.glob("*/__init__.py"))
+    sites = list(venv.glob("lib/python*/site-packages"))
+    return sorted(name for name in own if any((site / name).is_dir() for site in sites))
+
+
+def _editables(venv: Path, work: Path) -> list[str]:
+    """Distributions pip installed in editable mode from inside work (PEP 610 direct_url.json,
+    or a legacy .egg-link)."""
+    found = []
+    where = os.path.realpath(work)
+    for meta in sorted(venv.glob("lib/python*/site-packages/*.dist-info/direct_url.json")):
+        try:
+            info = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        url = str(info.get("url", ""))
+        if info.get("dir_info", {}).get("editable") and url.startswith("file://"):
+            if os.path.realpath(url[len("file://") :]).startswith(where):
+                found.append(meta.parent.name.split("-")[0])
+    for link in sorted(venv.glob("lib/python*/site-packages/*.egg-link")):
+        try:
+            target = link.read_text(encoding="utf-8").splitlines()[0]
+        except (OSError, IndexError):
+            continue
+        if os.path.realpath(target).startswith(where):
+            found.append(link.stem)
+    return found
 
 
 def _run(
