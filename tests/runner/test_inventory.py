@@ -262,8 +262,26 @@ def test_setup_py_string_entry_points_and_poetry_scripts(tmp_path: Path) -> None
     assert names == {"legacy-Tool", "poet"}
 
 
+def test_setup_py_entry_points_built_in_a_try_block_and_passed_as_kwargs(tmp_path: Path) -> None:
+    """pyflakes 3.2.0's setup.py: `extra = {'entry_points': ...}` in try/else, setup(**extra)."""
+    (tmp_path / "setup.py").write_text(
+        "try:\n"
+        "    from setuptools import setup\n"
+        "except ImportError:\n"
+        "    from distutils.core import setup\n"
+        "    extra = {'scripts': ['bin/pyflakes']}\n"
+        "else:\n"
+        "    extra = {\n"
+        "        'entry_points': {'console_scripts': ['pyflakes = pyflakes.api:main']},\n"
+        "    }\n"
+        "setup(name='pyflakes', **extra)\n"
+    )
+    scripts = [e for e in _inv(tmp_path).entries if e.kind == "console-script"]
+    assert [(e.name, e.target, e.line) for e in scripts] == [("pyflakes", "pyflakes.api:main", 8)]
+
+
 @pytest.mark.skipif(not PY39.exists(), reason="Python 3.9 is not installed here")
-def test_runs_on_python_39_and_says_why_pyproject_is_skipped(shop: Path) -> None:
+def test_runs_on_python_39_and_reads_the_script_tables_without_tomllib(shop: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(RUNNER_ROOT)}
     done = subprocess.run(
         [str(PY39), "-m", "charpin_runner", "inventory", "--repo", str(shop), "--json"],
@@ -276,8 +294,21 @@ def test_runs_on_python_39_and_says_why_pyproject_is_skipped(shop: Path) -> None
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     names = {e["name"] for e in doc["entries"]}
-    assert "shop-Report" in names and "shop-sync" in names and "shop-export" not in names
-    assert any("no tomllib" in n for n in doc["notes"])
+    # A pin of shop-export must run the same on a 3.9 box: [project.scripts] is read line by line.
+    assert {"shop-Report", "shop-sync", "shop-export"} <= names
+    assert any("[tool.charpin] not read (no tomllib" in n for n in doc["notes"])
+    (shop / "pyproject.toml").write_text('[project.scripts]\nshop-export = {odd = "x"}\n')
+    done = subprocess.run(
+        [str(PY39), "-m", "charpin_runner", "inventory", "--repo", str(shop), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    doc = json.loads(done.stdout)
+    assert "shop-export" not in {e["name"] for e in doc["entries"]}
+    assert any("script table line(s) 2 not read" in n for n in doc["notes"])
 
 
 def test_class_bodies_decorators_and_defaults_run_at_import(tmp_path: Path) -> None:

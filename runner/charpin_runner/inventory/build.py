@@ -183,3 +183,19 @@ def _resolve_imports(module: ModuleFacts, by_name: dict[str, ModuleFacts]) -> se
         parts = name.split(".")
         names.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return {n for n in names if n in by_name}
+
+
+def module_files(repo: Path, roots: list[str]) -> tuple[frozenset[str], list[str]]:
+    """Every Python file of repo this inventory walks, and the ones roots import (statically,
+    transitively; the roots themselves included when they are such files), sorted.
+
+    `charpin pins cover` reports these next to the files the pins ran, so a module an entry point
+    imports but no pin runs shows up at 0%.
+    """
+    modules, _notes = _scan_tree(repo)
+    graph = _Graph(modules)
+    reached: set[str] = set()
+    for root in roots:
+        if root in graph.by_path and root not in reached:
+            reached.update(m.path for m in graph.closure(root))
+    return frozenset(graph.by_path), sorted(reached)

@@ -24,13 +24,22 @@ class PinTargets:
     commands: set[str] = field(default_factory=set)  # basenames (console scripts on PATH)
 
     def add_argv(self, argv: list[str]) -> None:
-        for index, word in enumerate(argv):
+        module_next = False
+        for word in argv:
+            if module_next:  # the module of `-m pkg` is neither a path nor a command
+                self._add_module(word)
+                module_next = False
+                continue
+            module_next = word == "-m"
             self.paths.add(_norm(word))
             self.commands.add(posixpath.basename(word))
-            if word == "-m" and index + 1 < len(argv):
-                self.modules.add(argv[index + 1])
-            elif word.startswith("-m") and len(word) > 2:
-                self.modules.add(word[2:])
+            if word.startswith("-m") and len(word) > 2:
+                self._add_module(word[2:])
+
+    def _add_module(self, name: str) -> None:
+        self.modules.add(name)
+        if name.endswith(".__main__"):  # `-m pkg.__main__` runs what `-m pkg` runs
+            self.modules.add(name[: -len(".__main__")])
 
     def targets(self, entry: Entry) -> bool:
         """True when some pin runs this entry."""
@@ -79,7 +88,9 @@ def _read_case(case: Path, label: str, found: PinTargets, notes: list[str]) -> N
     argv_file = case / "argv.json"
     try:
         if target.is_file():
-            found.paths.add(_norm(target.read_text(encoding="utf-8").strip()))
+            # argv[0] of the case: a script, a console script, or `-m package.module`.
+            word = target.read_text(encoding="utf-8").strip()
+            found.add_argv(word.split() if word.startswith("-m ") else [word])
         if argv_file.is_file():
             argv = json.loads(argv_file.read_text(encoding="utf-8"))
             if isinstance(argv, list):

@@ -1,7 +1,9 @@
 """Console scripts declared in pyproject.toml, setup.cfg and setup.py. Runs anywhere; stdlib only.
 
 setup.py is read by AST (never executed), setup.cfg with configparser, pyproject.toml with tomllib
-when this Python has it (3.11+); otherwise that file is skipped with a note.
+when this Python has it (3.11+). Older Pythons (boxes run 3.9) read only the script tables of
+pyproject.toml, line by line (`name = "module:function"`), and note any line of them they cannot
+read, so a pin of a console script runs the same on every box.
 """
 
 from __future__ import annotations
@@ -70,9 +72,9 @@ def _line_of(text: str, name: str) -> int:
 
 def _from_pyproject(text: str, file: str) -> tuple[list[Script], str | None]:
     try:
-        import tomllib  # novermin - 3.11+; older boxes get a note instead
+        import tomllib  # novermin - 3.11+; older boxes read the script tables line by line
     except ImportError:
-        return [], f"{file}: console scripts not read (this Python has no tomllib; use 3.11+)"
+        return _from_pyproject_lines(text, file)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -91,6 +93,52 @@ def _from_pyproject(text: str, file: str) -> tuple[list[Script], str | None]:
             if isinstance(target, str):
                 pairs.append((str(name), target))
     return _pairs_to_scripts(pairs, text, file), None
+
+
+_SCRIPT_TABLES = frozenset(
+    {"project.scripts", "project.gui-scripts", "tool.poetry.scripts", "tool.flit.scripts"}
+)
+_HEADER = re.compile(r"""^\[\s*([A-Za-z0-9_.\-"' ]+?)\s*\]\s*(#.*)?$""")
+_BASIC_STRING = r'"((?:[^"\\]|\\.)*)"'
+_PAIR = re.compile(
+    rf"""^(?:([A-Za-z0-9_\-]+)|{_BASIC_STRING}|'([^']*)')\s*=\s*"""
+    rf"""(?:{_BASIC_STRING}|'([^']*)')\s*(#.*)?$"""
+)
+
+
+def _from_pyproject_lines(text: str, file: str) -> tuple[list[Script], str | None]:
+    """The script tables of pyproject.toml without tomllib: `[project.scripts]` and the like,
+    one `name = "module:function"` a line; anything else inside them is noted, not guessed."""
+    pairs: list[tuple[str, str]] = []
+    unread: list[int] = []
+    table = ""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            header = _HEADER.match(line)
+            table = "" if header is None else re.sub(r"""["' ]""", "", header.group(1))
+            continue
+        if table == "project" and re.match(r"(gui-)?scripts\s*=", line):
+            unread.append(number)  # an inline table: [project] scripts = {...}
+        if table not in _SCRIPT_TABLES:
+            continue
+        pair = _PAIR.match(line)
+        if pair is None or "\\" in line:  # escapes and inline tables: not guessed
+            unread.append(number)
+            continue
+        key = next(g for g in pair.group(1, 2, 3) if g is not None)
+        value = next(g for g in pair.group(4, 5) if g is not None)
+        pairs.append((key, value))
+    note = None
+    if unread:
+        lines = ", ".join(str(n) for n in unread[:5])
+        note = (
+            f"{file}: script table line(s) {lines} not read (this Python has no tomllib; "
+            'use 3.11+ or write them as name = "module:function")'
+        )
+    return _pairs_to_scripts(pairs, text, file), note
 
 
 def _dig(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -129,20 +177,53 @@ def _from_setup_py(text: str, file: str) -> tuple[list[Script], str | None]:
         tree = ast.parse(text, filename=file)
     except (SyntaxError, ValueError) as exc:
         return [], f"{file}: not parsed ({type(exc).__name__}: {exc})"
-    assigned: dict[str, ast.AST] = {
-        t.id: stmt.value
-        for stmt in tree.body
-        if isinstance(stmt, ast.Assign)
-        for t in stmt.targets
-        if isinstance(t, ast.Name)
-    }
+    # Every module-level assignment, also inside if/try blocks: pyflakes, for one, builds
+    # `extra = {'entry_points': ...}` in a try/else and calls setup(**extra).
+    every: dict[str, list[ast.AST]] = {}
+    for stmt in _module_statements(tree):
+        if isinstance(stmt, ast.Assign):
+            for t in stmt.targets:
+                if isinstance(t, ast.Name):
+                    every.setdefault(t.id, []).append(stmt.value)
+    assigned = {name: values[-1] for name, values in every.items()}
     pairs: list[tuple[str, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _is_setup(node.func):
             for kw in node.keywords:
                 if kw.arg == "entry_points":
                     pairs.extend(_entry_points_value(kw.value, assigned))
-    return _pairs_to_scripts(pairs, text, file), None
+                elif kw.arg is None and isinstance(kw.value, ast.Name):  # setup(**extra)
+                    for value in every.get(kw.value.id, []):
+                        pairs.extend(_entry_points_in_dict(value, assigned))
+    unique = list(dict.fromkeys((n.strip(), t.strip()) for n, t in pairs))
+    return _pairs_to_scripts(unique, text, file), None
+
+
+def _module_statements(tree: ast.Module) -> list[ast.stmt]:
+    """Statements that run at module level: the body, and the bodies of if/try/with there."""
+    out: list[ast.stmt] = []
+    stack: list[ast.stmt] = list(reversed(tree.body))
+    while stack:
+        stmt = stack.pop()
+        out.append(stmt)
+        blocks: list[list[ast.stmt]] = []
+        if isinstance(stmt, (ast.If, ast.With)):
+            blocks = [stmt.body, getattr(stmt, "orelse", [])]
+        elif isinstance(stmt, ast.Try):
+            blocks = [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
+        for block in reversed(blocks):
+            stack.extend(reversed(block))
+    return out
+
+
+def _entry_points_in_dict(value: ast.AST, assigned: dict[str, ast.AST]) -> list[tuple[str, str]]:
+    if not isinstance(value, ast.Dict):
+        return []
+    pairs: list[tuple[str, str]] = []
+    for key, item in zip(value.keys, value.values):
+        if isinstance(key, ast.Constant) and key.value == "entry_points":
+            pairs.extend(_entry_points_value(item, assigned))
+    return pairs
 
 
 def _is_setup(func: ast.AST) -> bool:

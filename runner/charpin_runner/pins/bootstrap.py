@@ -1,10 +1,23 @@
 """The child-side bootstrap that records which env keys a Python target reads. Stdlib only.
 
-BOOTSTRAP is written to the session's temp folder and run as `python BOOTSTRAP SCRIPT ARGS...`.
+BOOTSTRAP is written to the session's temp folder and run as `python BOOTSTRAP SCRIPT ARGS...`
+(or `python BOOTSTRAP -m MODULE ARGS...`, run as `python -m MODULE` runs it, or
+`python BOOTSTRAP --entry MODULE:ATTR NAME ARGS...`, a console script as its installed wrapper
+runs it; tracebacks then leave out runpy's and the bootstrap's frames, which name files of the
+interpreter that differ between boxes).
 It wraps os.environ (and so os.getenv, `in`, .get) and os.environb in a recording subclass, runs
 the script as __main__ with the sys.argv and sys.path[0] plain `python SCRIPT` would give, and
 writes the sorted key set to the file named by CHARPIN_ENV_READS, a variable it removes before
 the target starts. Output, exit codes and tracebacks stay as plain Python would make them.
+
+Keys the standard library's locale machinery (gettext.py, locale.py) looks up on the program's
+behalf are not recorded: gettext walks LANGUAGE, LC_ALL, LC_MESSAGES and LANG and stops at the
+first one set, for every argparse, optparse or getopt message, so that list says which locale
+variables happen to be set, not what the program depends on (C code such as setlocale() reads
+them unseen anyway). Replay pins the locale (LANG=C.UTF-8), and the recording's LANG perturbation
+checks that the program's bytes do not depend on it. A read is attributed to the first caller
+outside os.py and _collections_abc.py (os.getenv, .get and `in` pass through those), so a program
+that reads LANG itself still has it recorded.
 """
 
 from __future__ import annotations
@@ -16,12 +29,29 @@ import os, sys
 _out = os.environ.pop("CHARPIN_ENV_READS", None)
 _reads = set()
 _Env = type(os.environ)
+_LIB = os.path.dirname(getattr(os, "__file__", None) or "")
+_LOCALE_CODE = frozenset(
+    path
+    for name in ("gettext.py", "locale.py")
+    for path in {os.path.join(_LIB, name), os.path.realpath(os.path.join(_LIB, name))}
+) if _LIB else frozenset()
+_PLUMBING = tuple(
+    vars(module) for module in (os, sys.modules.get("_collections_abc")) if module is not None
+)
+
+
+def _by_locale_machinery(frame):
+    # Skip os.getenv, Mapping.get and Mapping.__contains__ to the code that asked.
+    while frame is not None and any(frame.f_globals is g for g in _PLUMBING):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename in _LOCALE_CODE
 
 
 class _Recording(_Env):
     def __getitem__(self, key):
-        name = key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else key
-        _reads.add(str(name))
+        if not _by_locale_machinery(sys._getframe(1)):
+            name = key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else key
+            _reads.add(str(name))
         return _Env.__getitem__(self, key)
 
 
@@ -63,11 +93,101 @@ def _main():
         # Drop the bootstrap's own frame so the traceback starts in the target.
         while tb is not None and tb.tb_frame.f_code.co_filename != script:
             tb = tb.tb_next
+        tb = _without_ours(tb)
         if value is not None:
             value = value.with_traceback(tb)
         sys.excepthook(etype, value, tb)
         sys.exit(1)
 
 
-_main()
+def _without_ours(tb):
+    # This file's frames inside the target's traceback (os.environ[...] runs our __getitem__)
+    # name a temporary path that differs on every replay: unlink them from the chain.
+    own = _without_ours.__code__.co_filename
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != own:
+            kept.append(tb)
+        tb = tb.tb_next
+    for before, after in zip(kept, kept[1:]):
+        before.tb_next = after
+    if kept:
+        kept[-1].tb_next = None
+    return kept[0] if kept else None
+
+
+def _fresh_main():
+    module = type(sys)("__main__")
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
+
+
+def _crash(skip):
+    # The traceback plain Python prints, from the first frame that is neither ours nor skipped.
+    etype, value, tb = sys.exc_info()
+    own = _crash.__code__.co_filename
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename == own or skip(tb.tb_frame.f_code.co_filename)
+    ):
+        tb = tb.tb_next
+    tb = _without_ours(tb)
+    if value is not None:
+        value = value.with_traceback(tb)
+    sys.excepthook(etype, value, tb)
+    sys.exit(1)
+
+
+def _run_module():
+    # `python -m MODULE ARGS...`: sys.argv[0] and sys.path[0] as Python sets them for -m.
+    import atexit, runpy
+    name = sys.argv[2]
+    sys.argv[:] = ["-m"] + sys.argv[3:]
+    sys.path[0] = os.getcwd()
+    atexit.register(_flush)
+    _fresh_main()
+    runpy_file = getattr(runpy, "__file__", None) or "runpy.py"
+    try:
+        run = getattr(runpy, "_run_module_as_main", None)
+        if run is not None:
+            run(name)
+        else:
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        # A missing module is reported as "<sys.executable>: No module named ..."; where the
+        # interpreter lives is not part of the program's output.
+        prefix = sys.executable + ": "
+        if isinstance(exc.code, str) and exc.code.startswith(prefix):
+            raise SystemExit("python: " + exc.code[len(prefix):]) from None
+        raise
+    except BaseException:
+        _crash(lambda name: name == runpy_file or name.startswith("<frozen runpy"))
+
+
+def _run_entry():
+    # A console script as its installed wrapper runs it: sys.exit(ATTR()), argv[0] its name.
+    import atexit
+    target, name = sys.argv[2], sys.argv[3]
+    sys.argv[:] = [name] + sys.argv[4:]
+    del sys.path[0]  # the wrapper's own folder (bin/) holds no modules
+    atexit.register(_flush)
+    _fresh_main()
+    module_name, _, attrs = target.partition(":")
+    try:
+        __import__(module_name)
+        call = sys.modules[module_name]
+        for attr in attrs.split("."):
+            call = getattr(call, attr)
+        sys.exit(call())
+    except SystemExit:
+        raise
+    except BaseException:
+        _crash(lambda name: False)
+
+
+if sys.argv[1:2] == ["-m"]:
+    _run_module()
+elif sys.argv[1:2] == ["--entry"]:
+    _run_entry()
+else:
+    _main()
 """

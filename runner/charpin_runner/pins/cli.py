@@ -3,7 +3,7 @@
 Exit codes: check 0 green, 2 drift (or --prove found a blind spot), 64 usage or configuration
 (no pins), 8 a corrupt pins file. record 0 written, 2 an unstable pin was refused, 64 refused to
 overwrite a golden without --update, --update while CI is set, or an unknown id. cover 0, 64
-without coverage.py.
+without coverage.py or for a --file/--entry that is not a repository file.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import argparse
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -26,6 +27,7 @@ from charpin_runner.errors import (
     UsageError,
 )
 from charpin_runner.pins import compare as cmp
+from charpin_runner.pins.crash import crashed_goldens, pythonpath_rels
 from charpin_runner.pins.execute import Session, reaping
 from charpin_runner.pins.model import Case, Pin, check_id
 from charpin_runner.pins.prove import prove, weak_pins
@@ -88,7 +90,9 @@ def add_parsers(sub: Any) -> None:
     )
     chk.set_defaults(handler=_check)
 
-    cov = pins_sub.add_parser("cover", help="lines and branches of the entry points no pin runs")
+    cov = pins_sub.add_parser(
+        "cover", help="per repository module: lines and branches the pins run, and which pins"
+    )
     common(cov)
     cov.add_argument(
         "--entry",
@@ -101,6 +105,17 @@ def add_parsers(sub: Any) -> None:
         "--pins-only",
         action="store_true",
         help="report only the pins' own targets, not every entry point of `charpin inventory`",
+    )
+    cov.add_argument(
+        "--full", action="store_true", help="list every line and branch no pin ran (no cap)"
+    )
+    cov.add_argument(
+        "--file",
+        dest="files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="report only this repo-relative module, every line of it (repeatable)",
     )
     cov.set_defaults(handler=_cover)
 
@@ -138,8 +153,12 @@ def _check(args: argparse.Namespace) -> int:
     notes: list[str] = []
     with reaping(), Session(repo, config) as session:
         outcomes = replay(session, pins, jobs_for(config, args.jobs), notes=notes)
+    crashes = _crashes(repo, outcomes, pythonpath_rels(repo, session.pythonpath))
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
+    for crash_note in crashes:
+        if not (args.prove and crash_note.blind):  # --prove reports those itself
+            print(f"warning: {crash_note.text}", file=sys.stderr)
     failed = [o for o in outcomes if o.classes]
     for outcome in failed:
         _report_failure(outcome, write_actual(actual_root, outcome), repo, config)
@@ -148,7 +167,46 @@ def _check(args: argparse.Namespace) -> int:
     status = EXIT_DRIFT if failed else EXIT_CLEAN
     if args.prove:
         status |= _prove(outcomes, pins)
+        status |= _prove_not_crashes(crashes)
     return status
+
+
+@dataclass(frozen=True)
+class _CrashNote:
+    """A golden that records an import crash (crash.py): the warning, and whether `--prove`
+    fails on it (green, and the module it could not import is the repository's own)."""
+
+    text: str
+    blind: bool
+
+
+def _crashes(repo: Path, outcomes: list[Outcome], pythonpath: list[str]) -> list[_CrashNote]:
+    green = {o.pin.case.id for o in outcomes if not o.classes}
+    found = []
+    for pin, crash in crashed_goldens(repo, [o.pin for o in outcomes]):
+        pin_id = pin.case.id
+        update = f"`charpin pins record --update {pin_id}`"
+        if pin_id in green:
+            text = f"{crash.message(pin_id, pythonpath)}; then {update}"
+            found.append(_CrashNote(text, blind=crash.root is not None))
+        else:
+            text = (
+                f"pin {pin_id}'s golden is a crash, not the program ({crash.line!r}), and it no "
+                f"longer replays that way; check the new output, then {update}"
+            )
+            found.append(_CrashNote(text, blind=False))
+    return found
+
+
+def _prove_not_crashes(crashes: list[_CrashNote]) -> int:
+    """A green golden of the repository's own code failing to import proves nothing: fail."""
+    blind = [note.text for note in crashes if note.blind]
+    for text in blind:
+        print(f"prove: {text}")
+    if blind:
+        print(f"prove: FAILED, {len(blind)} golden(s) record an import crash, not the program")
+        return EXIT_DRIFT
+    return EXIT_CLEAN
 
 
 _MARKER = ".charpin-pins-actual"
@@ -329,30 +387,39 @@ def _say_recorded(pin: Pin, recorded: Recorded) -> None:
     else:
         what = changes(pin.golden, recorded.observation)
         print(f"updated {pin.case.id}: {', '.join(what) if what else 'unchanged'}")
+    if recorded.warning is not None:
+        print(f"warning: {recorded.warning}", file=sys.stderr)
 
 
 def _cover(args: argparse.Namespace) -> int:
-    from charpin_runner.pins.cover import cover
+    from charpin_runner.pins.cover import cover, render
 
     repo, config = _load(args)
     pin_set = load_pins(repo, config)
     require_pins(pin_set, config)
-    entries = list(args.entry)
+    only = [_module_path(repo, path) for path in args.files]
+    entries = list(args.entry) + only
     if not args.pins_only:
         entries += _inventoried_files(repo)
     with reaping(), Session(repo, config) as session:
         report = cover(session, pin_set.all, jobs_for(config, args.jobs), sorted(set(entries)))
-    for entry in report:
-        print(
-            f"{entry.path}: {len(entry.missing_lines)} of {entry.lines} lines and "
-            f"{len(entry.missing_branches)} of {entry.branches} branches not exercised by any pin"
-        )
-        if entry.missing_lines:
-            print(f"  lines: {_ranges(entry.missing_lines)}")
-        for start, end in entry.missing_branches:
-            target = "exit" if end < 0 else str(end)
-            print(f"  branch: {start} -> {target}")
+    if only:
+        report = [entry for entry in report if entry.path in only]
+    for line in render(report, full=args.full or bool(only)):
+        print(line)
     return EXIT_CLEAN
+
+
+def _module_path(repo: Path, given: str) -> str:
+    """A --file PATH as the report names it (relative to the repository, normalised)."""
+    path = Path(given) if os.path.isabs(given) else repo / given
+    try:
+        rel = path.resolve().relative_to(repo).as_posix()
+    except ValueError:
+        rel = ""
+    if not rel or not (repo / rel).is_file():
+        raise UsageError(f"--file {given} is not a file in the repository; fix the path")
+    return rel
 
 
 def _inventoried_files(repo: Path) -> list[str]:
@@ -369,16 +436,3 @@ def _inventoried_files(repo: Path) -> list[str]:
         if rel.endswith(".py") and (repo / rel).is_file():
             files.append(rel)
     return files
-
-
-def _ranges(numbers: list[int]) -> str:
-    parts = []
-    start = prev = numbers[0]
-    for n in numbers[1:]:
-        if n == prev + 1:
-            prev = n
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = n
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)

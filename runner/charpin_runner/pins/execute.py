@@ -29,15 +29,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from charpin_runner import procgroup
 from charpin_runner.config import PinsConfig
 from charpin_runner.errors import RunError
+from charpin_runner.inventory.scripts import find_scripts
 from charpin_runner.pins import reaper
 from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR
 from charpin_runner.pins.model import Case, Observation, OutFile
 from charpin_runner.pins.normalise import Places, compile_rules, normalise_all
+from charpin_runner.pins.targets import Start, pythonpath_dirs, start
 
 DEFAULT_UMASK = 0o022
 # Bytes kept of each of stdout and stderr. A target that writes more is killed at once (a pin
@@ -131,6 +133,10 @@ class Session:
         if "/" in chosen and not os.path.isabs(chosen):
             chosen = str(self.repo / chosen)
         self.python = chosen
+        # Folders of this repository (a scratch copy has its own) on every pin's PYTHONPATH.
+        self.pythonpath = pythonpath_dirs(self.repo, config.pythonpath)
+        self._scripts: Optional[dict[str, str]] = None
+        self._scripts_lock = threading.Lock()
         self.dir = Path(tempfile.mkdtemp(prefix="charpin-pins-"))
         self.bootstrap = self.dir / "bootstrap.py"
         self.bootstrap.write_text(BOOTSTRAP, encoding="utf-8")
@@ -146,6 +152,9 @@ class Session:
         self._trash_ready = threading.Condition()
         self._cleaner: Optional[threading.Thread] = None
         self._closing = False
+        # How the supervisor's command line is wrapped, given the folder the pins write in
+        # (`charpin receipt` puts pins in the tests' bubblewrap sandbox); None: as it is.
+        self.wrap: Optional[Callable[[list[str], str], list[str]]] = None
 
     def discard(self, sandbox: Path) -> None:
         """Remove a sandbox with a uniquely made name in the background."""
@@ -182,21 +191,31 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def console_scripts(self) -> dict[str, str]:
+        """Console-script names the repository declares -> `module:function` (read once)."""
+        with self._scripts_lock:
+            if self._scripts is None:
+                found: dict[str, str] = {}
+                for script in find_scripts(self.repo)[0]:
+                    found.setdefault(script.name, script.target)
+                self._scripts = found
+            return self._scripts
+
+    def start(self, case: Case, prefix: Optional[list[str]] = None) -> Start:
+        """How case starts (targets.py): its argv, kind, and whether env reads are recorded."""
+        return start(case, self.repo, self.python, self.bootstrap, self.console_scripts, prefix)
+
     def command(self, case: Case, prefix: Optional[list[str]] = None) -> tuple[list[str], bool]:
         """The argv to start, and whether env reads are recorded (Python targets only)."""
-        target = case.argv[0]
-        if target.endswith(".py"):
-            script = self.repo / target
-            if not script.is_file():
-                raise RunError(
-                    f"pin {case.id}: script {target} not found in the repository; fix argv[0]"
-                )
-            if prefix is not None:
-                return [self.python, *prefix, str(script), *case.argv[1:]], False
-            return [self.python, str(self.bootstrap), str(script), *case.argv[1:]], True
-        if "/" in target and not os.path.isabs(target):
-            target = str(self.repo / target)
-        return [target, *case.argv[1:]], False
+        how = self.start(case, prefix)
+        return how.argv, how.records_env
+
+    def is_python(self, case: Case) -> bool:
+        """Whether the pins' Python runs case's target as a script, module or console script."""
+        try:
+            return self.start(case).kind in ("script", "module", "console-script")
+        except RunError:
+            return False
 
     def base_env(self, sandbox: Path) -> dict[str, str]:
         env = {
@@ -361,6 +380,10 @@ def _prepare(
     env.update(case.env)
     if perturbation is not None:
         env.update(perturbation.env)
+    if session.pythonpath:
+        # The repository's own packages first, then whatever the pin or env_base gave.
+        given = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+        env["PYTHONPATH"] = os.pathsep.join([*session.pythonpath, *given])
     if records_env:
         env[ENV_VAR] = str(side)
     umask = perturbation.umask if perturbation and perturbation.umask is not None else DEFAULT_UMASK
@@ -483,8 +506,9 @@ def _spawn(session: Session, launch: _Launch, stdin: bytes, timeout: float) -> _
     channel, theirs = socket.socketpair()
     try:
         with _LIVE_LOCK:
+            argv = [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(theirs.fileno())]
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(theirs.fileno())],
+                session.wrap(argv, str(session.dir)) if session.wrap is not None else argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

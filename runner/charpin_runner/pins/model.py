@@ -17,7 +17,9 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 @dataclass(frozen=True)
 class Case:
-    """What to run: argv[0] is a Python script (`*.py`, repo-relative) or any command."""
+    """What to run: argv[0] is a Python script (`*.py` or a Python shebang, repo-relative),
+    `-m` followed by a module, a console script the repository declares, or any command
+    (targets.py)."""
 
     id: str
     argv: tuple[str, ...]

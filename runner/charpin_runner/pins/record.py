@@ -6,9 +6,16 @@ record_pins records a batch in parallel, then drops the pins that wrote into the
 Each new recording (record_case) is replayed three times before it is accepted:
   1. repeat     - same sandbox path, same everything: catches clocks, randomness, races;
   2. temp-root  - the sandbox under another, deeper temp root (with a space in it);
-  3. locale     - TZ, LANG, PYTHONHASHSEED and umask changed together; on drift each is tried
-                  alone so the message names the one that moved bytes.
+  3. locale     - TZ, LANG (with LC_ALL), PYTHONHASHSEED and umask changed together; on drift
+                  each is tried alone so the message names the one that moved bytes.
 File modes are not compared under the umask perturbation (a umask changes modes by design).
+What the proof holds constant and compares: every run compares the exit code, stdout, stderr,
+the output files, normalisation counts and writes outside the output folder. The env keys read
+are compared only between runs in the same environment (repeat, temp-root, umask alone): which
+keys a lookup chain reads depends on which keys are set (`os.environ.get("LC_ALL") or
+os.environ.get("LANG")` stops early once LC_ALL is set), and replay always runs in the recorded
+environment, so the list only has to be stable there. (The standard library's own locale lookups,
+gettext's above all, are not recorded at all: see bootstrap.py.)
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Optional
 from charpin_runner.errors import EXIT_DRIFT, CharpinError
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
+from charpin_runner.pins.crash import ImportCrashError, find_crash, pythonpath_rels
 from charpin_runner.pins.execute import (
     FILES_LIMIT,
     STREAM_LIMIT,
@@ -55,10 +63,20 @@ class Recorded:
 
     case: Case
     observation: Observation
+    # Said when the recording is kept but looks wrong (an import crash of a dependency).
+    warning: Optional[str] = None
 
 
-def _moved(golden: Observation, other: Observation) -> str:
+def _moved(base: Run, other: Run, env_read: bool) -> str:
     """Where the first differing bytes are, shown briefly."""
+    if other.error or other.timed_out or other.limit:
+        return other.error or other.limit or "it timed out"
+    if other.outside_writes != base.outside_writes:
+        return f"writes outside the output folder {other.outside_writes[:3]}"
+    return _moved_bytes(base.observation, other.observation, env_read)
+
+
+def _moved_bytes(golden: Observation, other: Observation, env_read: bool) -> str:
     for label, a, b in (
         ("stdout", golden.stdout, other.stdout),
         ("stderr", golden.stderr, other.stderr),
@@ -77,21 +95,35 @@ def _moved(golden: Observation, other: Observation) -> str:
             return f"output file {path} {'appeared' if want is None else 'disappeared'}"
         if want.sha256 != got.sha256:
             return f"output file {path} content changed"
-    if golden.env_read != other.env_read:
+    if golden.norm_counts != other.norm_counts:
+        return f"normalisation counts {golden.norm_counts} became {other.norm_counts}"
+    if env_read and golden.env_read != other.env_read:
         return f"env keys read {golden.env_read} became {other.env_read}"
-    return f"normalisation counts {golden.norm_counts} became {other.norm_counts}"
+    for path in sorted(set(golden.files) & set(other.files)):
+        if golden.files[path].mode != other.files[path].mode:
+            return f"mode of output file {path} changed"
+    return "the observation changed"
 
 
-def _drift(base: Run, other: Run, modes: bool = True) -> bool:
+def _drift(base: Run, other: Run, modes: bool = True, env_read: bool = True) -> bool:
     if other.error or other.timed_out or other.limit or other.outside_writes != base.outside_writes:
         return True
-    return bool(cmp.compare(base.observation, other.observation, modes=modes))
+    found = cmp.compare(base.observation, other.observation, modes=modes)
+    if not env_read and cmp.ENV_READ in found:
+        found.remove(cmp.ENV_READ)
+    return bool(found)
 
 
-def _refuse(case: Case, what: str, base: Run, other: Run) -> UnstableError:
+def _refuse(case: Case, what: str, base: Run, other: Run, env_read: bool = True) -> UnstableError:
+    moved = _moved(base, other, env_read)
+    # No normalisation rule changes which keys a program reads.
+    fix = (
+        "make the program read the same env keys on every run"
+        if moved.startswith("env keys read")
+        else "make the program deterministic or add a normalisation rule"
+    )
     return UnstableError(
-        f"pin {case.id} is unstable under {what}: {_moved(base.observation, other.observation)}; "
-        "make the program deterministic or add a normalisation rule, then record again"
+        f"pin {case.id} is unstable under {what}: {moved}; {fix}, then record again"
     )
 
 
@@ -115,9 +147,16 @@ def record_case(session: Session, case: Case, check_stability: bool = True) -> R
             f"pin {case.id} writes outside the output folder ({', '.join(base.outside_writes[:3])}); "
             "write under the declared output folder or change [tool.charpin.pins] output"
         )
+    # A golden of `No module named 'pkg'` for the repository's own pkg pins nothing (crash.py).
+    crash = find_crash(session.repo, base.observation)
+    warning = None
+    if crash is not None:
+        warning = crash.message(case.id, pythonpath_rels(session.repo, session.pythonpath))
+        if crash.root is not None:
+            raise ImportCrashError(f"{warning}, then record again")
     if check_stability:
         _prove_stable(session, case, base, sandbox)
-    return Recorded(case, base.observation)
+    return Recorded(case, base.observation, warning)
 
 
 def _prove_stable(session: Session, case: Case, base: Run, sandbox: Path) -> None:
@@ -134,16 +173,15 @@ def _prove_stable(session: Session, case: Case, base: Run, sandbox: Path) -> Non
         umask=0o077,
     )
     mixed = run_case(session, case, combined)
-    if not _drift(base, mixed, modes=False):
+    # The env keys read are compared only where the environment is the recorded one (see above).
+    if not _drift(base, mixed, modes=False, env_read=False):
         return
-    culprit: Optional[str] = None
-    evidence = mixed
     for single in SINGLE_PERTURBATIONS:
         alone = run_case(session, case, single)
-        if _drift(base, alone, modes=single.umask is None):
-            culprit, evidence = single.name, alone
-            break
-    raise _refuse(case, culprit or combined.name, base, evidence)
+        same_env = not single.env
+        if _drift(base, alone, modes=single.umask is None, env_read=same_env):
+            raise _refuse(case, single.name, base, alone, env_read=same_env)
+    raise _refuse(case, combined.name, base, mixed, env_read=False)
 
 
 def changes(old: Observation, new: Observation) -> list[str]:

@@ -164,10 +164,16 @@ def write_actual(root: Path, outcome: Outcome) -> Path:
     return folder
 
 
-def replay_for_receipt(repo: Path, config: CharpinConfig, adopt: bool = False) -> Pins:
+def replay_for_receipt(
+    repo: Path,
+    config: CharpinConfig,
+    adopt: bool = False,
+    wrap: Optional[Callable[[list[str], str], list[str]]] = None,
+) -> Pins:
     """Replay a repository's pins for `charpin receipt`; Pins(None, False, []) when it has none.
 
-    adopt=True only for a CLI process that runs nothing else: see execute.reaping()."""
+    adopt=True only for a CLI process that runs nothing else: see execute.reaping(). wrap:
+    how each pin's supervisor is started (the tests' sandbox)."""
     pins_config = config.pins
     pin_set = load_pins(repo, pins_config)
     if not pin_set.all:
@@ -177,6 +183,7 @@ def replay_for_receipt(repo: Path, config: CharpinConfig, adopt: bool = False) -
         if adopt:
             stack.enter_context(reaping())
         session = stack.enter_context(Session(repo, pins_config))
+        session.wrap = wrap
         outcomes = replay(session, pin_set.all, jobs_for(pins_config, None))
     results = []
     for outcome in outcomes:

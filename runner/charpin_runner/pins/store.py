@@ -4,7 +4,8 @@ pins.jsonl: one JSON object a line, closed field list (unknown keys are refused)
   id, argv, env, stdin, cwd_rel, fixtures?, exit_code, stdout, stderr, files, env_read, norm_counts.
 A line without exit_code is an input waiting for `charpin pins record`.
 Case folders: <cases>/<name>/{target.txt, argv.json, env.json, stdin.bin, work/} with the golden in
-<goldens>/<name>.json (the observation fields only).
+<goldens>/<name>.json (the observation fields only). target.txt holds argv[0] (a script, console
+script or command), or `-m MODULE`, which loads as the two words argv starts with.
 Byte fields (stdin, stdout, stderr) are UTF-8 strings, or {"b64": "..."} when not valid UTF-8.
 """
 
@@ -195,9 +196,11 @@ def load_folder(repo: Path, folder: Path, goldens: Path) -> Pin:
     env = _strict(env, dict[str, str], f"{label}/env.json")
     stdin = (folder / "stdin.bin").read_bytes() if (folder / "stdin.bin").is_file() else b""
     work = folder / "work"
+    # `-m package.module` names a module (two words); anything else is one word, spaces and all.
+    head = tuple(target.split()) if target.startswith("-m ") else (target,)
     case = Case(
         id=name,
-        argv=(target, *argv),
+        argv=(*head, *argv),
         env=dict(env),
         stdin=stdin,
         cwd_rel=".",

@@ -1,0 +1,145 @@
+"""Goldens that are an import crash: the program never ran, so the pin pins nothing. Stdlib only.
+
+A target that exits non-zero with `No module named 'pkg'` on stderr did not run the program. When
+`pkg` is in the repository, the pins' Python could not import the repository's own code (a
+`pythonpath` problem) and such a recording is refused; when it is not, the pins' Python lacks a
+dependency, which `record` warns about. `check` warns about such goldens recorded earlier, and
+`check --prove` fails on those of repository packages (they stay green after any edit).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from charpin_runner.errors import EXIT_DRIFT, CharpinError
+from charpin_runner.pins.model import Observation, Pin
+
+# The last line of an uncaught ModuleNotFoundError/ImportError, or `python -m`'s own
+# "python: No module named pkg". Only the last line of stderr counts: a program that reports
+# import problems of something else (a linter, a test runner) goes on to print more.
+_MISSING = re.compile(
+    rb"(?:ModuleNotFoundError|ImportError|\S*python[\d.]*): "
+    rb"No module named '?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)'?"
+)
+# Folders never searched for the repository's packages (tool caches, environments, VCS).
+_SKIP = frozenset(
+    {"node_modules", "__pycache__", "site-packages", "dist-packages", "build", "dist", "venv"}
+)
+# Import roots are shallow (., src, lib, python/...): deeper folders are not searched.
+_DEPTH = 2
+
+
+class ImportCrashError(CharpinError):
+    """A recording of the repository's own code failing to import; it is refused."""
+
+    exit_code = EXIT_DRIFT
+
+
+@dataclass(frozen=True)
+class ImportCrash:
+    """A recorded run that ended in `No module named ...`."""
+
+    module: str
+    line: str
+    # The repository folder (repo-relative, "." for the root) holding the module; None when the
+    # module is not in the repository.
+    root: Optional[str]
+
+    def message(self, pin_id: str, pythonpath: list[str]) -> str:
+        """One line: what happened, then the fix."""
+        head = f"pin {pin_id} records a crash, not the program: {self.line!r}"
+        if self.root is None:
+            return (
+                f"{head}; {self.module} is not in the repository, so the pins' Python lacks "
+                "it: point [tool.charpin.pins] python at the project's environment or install "
+                "it there"
+            )
+        where = f"{self.module} is in the repository under {self.root}"
+        if self.root not in pythonpath:
+            wanted = [*pythonpath, self.root]
+            return (
+                f"{head}; {where}, which is not on the pins' pythonpath {pythonpath}: set "
+                f"[tool.charpin.pins] pythonpath = {_toml_list(wanted)}"
+            )
+        return (
+            f"{head}; {where}, which is on the pins' PYTHONPATH, so the target drops it "
+            f"(python -I or -E, or a cleared environment): pin it as -m {self.module} or as "
+            "its script instead"
+        )
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+
+def find_crash(repo: Path, obs: Observation) -> Optional[ImportCrash]:
+    """The import crash obs records, if it ended non-zero with `No module named ...`."""
+    if obs.exit_code == 0:
+        return None
+    lines = obs.stderr.rstrip().splitlines()
+    last = _MISSING.fullmatch(lines[-1].strip()) if lines else None
+    if last is None:
+        return None
+    module = last.group(1).decode("ascii")
+    line = last.group(0).decode("utf-8", "replace")
+    return ImportCrash(module, line, locate(repo, module))
+
+
+def locate(repo: Path, module: str) -> Optional[str]:
+    """The shallowest repository folder from which `module` would import, if any."""
+    rel = Path(*module.split("."))
+    for root in _roots(repo):
+        base = repo / root
+        package = base / rel
+        if (base / rel.with_suffix(".py")).is_file() or (package / "__init__.py").is_file():
+            return root
+        if package.is_dir() and any(p.suffix == ".py" for p in package.iterdir()):
+            return root  # a namespace package
+    return None
+
+
+def _roots(repo: Path) -> list[str]:
+    """Repo-relative folders up to _DEPTH deep, shallowest first ("." is the root)."""
+    roots = ["."]
+    level = [repo]
+    for _ in range(_DEPTH):
+        deeper: list[Path] = []
+        for folder in level:
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") or entry.name in _SKIP:
+                    continue
+                if entry.name.endswith(".egg-info") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                path = Path(entry.path)
+                deeper.append(path)
+                roots.append(path.relative_to(repo).as_posix())
+        level = deeper
+    return roots
+
+
+def pythonpath_rels(repo: Path, dirs: list[str]) -> list[str]:
+    """A session's PYTHONPATH folders as repo-relative paths ("." for the root)."""
+    out = []
+    for folder in dirs:
+        rel = os.path.relpath(folder, repo)
+        out.append(rel.replace(os.sep, "/"))
+    return out
+
+
+def crashed_goldens(repo: Path, pins: list[Pin]) -> list[tuple[Pin, ImportCrash]]:
+    """Pins whose golden is an import crash, in pin order."""
+    found = []
+    for pin in pins:
+        if pin.golden is not None:
+            crash = find_crash(repo, pin.golden)
+            if crash is not None:
+                found.append((pin, crash))
+    return found
