@@ -92,6 +92,21 @@ def add_parsers(sub: Any) -> None:
         help="like --protect, and removed when the run changed it (a cache the next run rebuilds)",
     )
     add(
+        "--cache-root",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="a folder of caches later runs read (a box's venvs, repositories, runners): "
+        "read-only under bwrap, and each entry the run changed or added is removed",
+    )
+    add(
+        "--read-only",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="read-only for the tests under bwrap (not checked after the run)",
+    )
+    add(
         "--seal-stdin",
         action="store_true",
         help="read a 64-hex-digit key from stdin and write PATH.seal next to the receipt "
@@ -141,7 +156,12 @@ def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
     no read-only folder: a planted one lacks the seal."""
     disposable = [os.path.abspath(p) for p in args.disposable]
     protect = [os.path.abspath(p) for p in args.protect] + disposable
-    if sys.prefix != sys.base_prefix:
+    # The interpreter's venv, also when this parent runs with -S (no site: sys.prefix is then
+    # the base installation's).
+    venv = _venv_of(sys.executable)
+    if venv is not None:
+        protect.append(venv)
+    elif sys.prefix != sys.base_prefix:
         protect.append(sys.prefix)
     code = Path(charpin_runner.__file__).resolve().parent
     protect.append(str(code.parent if code.parent.is_file() else code))
@@ -149,6 +169,8 @@ def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
     # compiled when it was placed: its caches are watched like its sources.
     shipped = (code.parent,) if (code.parent / "__main__.py").is_file() else ()
     return sandbox.Plan(
+        containers=tuple(os.path.abspath(p) for p in args.cache_root),
+        read_only=tuple(os.path.abspath(p) for p in args.read_only),
         mode=sandbox.check_mode(args.sandbox),
         protect=tuple(dict.fromkeys(protect)),
         disposable=tuple(disposable),
@@ -156,6 +178,12 @@ def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
         strict=tuple(str(p) for p in shipped),
         confine=bool(args.confine),
     )
+
+
+def _venv_of(python: str) -> str | None:
+    """The venv python belongs to (its pyvenv.cfg), or None; symlinks are not followed."""
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    return folder if os.path.isfile(os.path.join(folder, "pyvenv.cfg")) else None
 
 
 def inside_repo_warning(output: Path, repo: Path) -> str | None:

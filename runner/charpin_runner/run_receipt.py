@@ -92,7 +92,7 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     run = _run_tests(request, ledger, stop, guard)
     # An interrupted run winds down: the receipt is written, pins are not replayed. Pins run
     # before the after-measurements, so whatever a pin target leaves behind is measured too.
-    pins, reasons = _replay_pins(request, skip=stop.requested)
+    pins, reasons = _replay_pins(request, guard, skip=stop.requested)
     if request.kill_adopted:
         # A pin target's double-forked daemon was re-parented to us: it dies before we measure.
         kill_adopted()
@@ -346,12 +346,24 @@ def _state_after(repo: Path, before: gitstate.GitState) -> tuple[gitstate.GitSta
     return after, gitstate.run_findings(before, after)
 
 
-def _replay_pins(request: Request, skip: bool) -> tuple[Pins, list[str]]:
+def _replay_pins(
+    request: Request, guard: sandbox_mod.Guard, skip: bool
+) -> tuple[Pins, list[str]]:
     none = Pins(source=None, replayed=False, results=[])
     if skip or not request.replay_pins:
         return none, []
+
+    def wrap(argv: list[str], folder: str) -> list[str]:
+        # Pin targets are the code under test too: in the tests' sandbox, the protected paths
+        # read-only and every process they start gone with the namespace. Confined (verify),
+        # the folder holding the pins' copies stays writable.
+        return sandbox_mod.wrap(guard, argv, folder if guard.plan.confine else None)
+
     try:
-        return replay_for_receipt(request.repo, request.config, adopt=request.kill_adopted), []
+        pins = replay_for_receipt(
+            request.repo, request.config, adopt=request.kill_adopted, wrap=wrap
+        )
+        return pins, []
     except CharpinError as exc:
         # Recorded as one errored pin, so the Pin replay gate fails instead of seeing no pins.
         pins_file = request.config.pins.file

@@ -46,6 +46,13 @@ class Plan:
     # Under bwrap: the whole file system read-only but `writable`, a private /tmp and HOME,
     # and no network (`verify` runs agents' tests so).
     confine: bool = False
+    # Folders of caches (a box's venvs, cache repositories, runners): read-only under bwrap,
+    # watched with their byte-code caches, and each entry the run changed or added is removed.
+    containers: tuple[str, ...] = ()
+    # Read-only under bwrap and nothing more (never walked): what this run must not write but
+    # another process may be changing meanwhile (the coordinator's packages, the clean box's
+    # caches while `local` runs beside it).
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass
@@ -92,7 +99,13 @@ def begin(plan: Plan) -> Guard:
             "--sandbox required but bubblewrap is not usable on this box; install it "
             "(apt-get install bubblewrap) or run with --sandbox auto"
         )
-    return Guard(plan=plan, used=used, before=snapshot(plan.protect, plan.strict))
+    roots, strict = _watched(plan)
+    return Guard(plan=plan, used=used, before=snapshot(roots, strict))
+
+
+def _watched(plan: Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    roots = tuple(dict.fromkeys(plan.protect + plan.containers))
+    return roots, tuple(dict.fromkeys(plan.strict + plan.containers))
 
 
 def wrap(guard: Guard, argv: list[str], scratch: str | None = None) -> list[str]:
@@ -120,7 +133,7 @@ def wrap(guard: Guard, argv: list[str], scratch: str | None = None) -> list[str]
             writable.append(scratch)
     else:
         args = [bwrap, "--dev-bind", "/", "/", *common]
-        for path in _existing(plan.protect):
+        for path in _existing(plan.protect + plan.containers + plan.read_only):
             args += ["--ro-bind", path, path]
         writable = list(plan.writable)
     # Later mounts win: what must stay writable is bound again over a read-only parent.
@@ -131,13 +144,15 @@ def wrap(guard: Guard, argv: list[str], scratch: str | None = None) -> list[str]
 
 def finish(guard: Guard) -> list[str]:
     """After the run: one reason per protected path that changed; disposable ones removed."""
-    after = snapshot(guard.plan.protect, guard.plan.strict)
+    roots, strict = _watched(guard.plan)
+    after = snapshot(roots, strict)
+    reasons = _containers(guard, after)
     changed = [
         root
         for root in guard.plan.protect
-        if before_of(guard.before, root) != before_of(after, root)
+        if not _inside(root, guard.plan.containers)
+        and before_of(guard.before, root) != before_of(after, root)
     ]
-    reasons: list[str] = []
     for root in changed:
         what = _first_difference(guard.before, after, root)
         if root in guard.plan.disposable:
@@ -148,6 +163,39 @@ def finish(guard: Guard) -> list[str]:
         reasons.append(
             f"the test command wrote into {root}, which later runs read ({what}); {fate}"
         )
+    return reasons
+
+
+def _inside(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
+
+
+def _containers(guard: Guard, after: dict[str, tuple[int, ...]]) -> list[str]:
+    """Per cache folder: each entry the run changed or added is removed, with a reason."""
+    reasons = []
+    for root in guard.plan.containers:
+        old, new = before_of(guard.before, root), before_of(after, root)
+        if old == new:
+            continue
+        prefix = root.rstrip(os.sep) + os.sep
+        entries = sorted(
+            {p[len(prefix) :].split(os.sep, 1)[0] for p in set(old) ^ set(new) if p != root}
+            | {
+                p[len(prefix) :].split(os.sep, 1)[0]
+                for p in set(old) & set(new)
+                if p != root and old[p] != new[p]
+            }
+        )
+        for name in entries:
+            path = os.path.join(root, name)
+            what = _first_difference(guard.before, after, path)
+            _discard(path)
+            reasons.append(
+                f"the test command wrote into {path}, which later runs read ({what}); "
+                "it was removed, so the next run rebuilds it"
+            )
+        if not entries:
+            reasons.append(f"the test command changed {root} itself, which later runs read")
     return reasons
 
 

@@ -54,13 +54,14 @@ def read_key_from_stdin() -> str:
     os.close(devnull)
     if not _KEY.fullmatch(line):
         raise UsageError("--seal-stdin expects 64 hex digits on standard input; charpin-remote sends them")
-    _not_dumpable()
+    not_dumpable()
     return line.decode("ascii")
 
 
-def _not_dumpable() -> None:
+def not_dumpable() -> None:
     """Linux: make /proc/<pid>/mem and ptrace of this process unavailable to the test process
-    (same user, not root), so the key cannot be read out of our memory."""
+    (same user, not root), so a seal key cannot be read out of our memory. Every process that
+    holds one calls it: the runner, the box agent, and the coordinator."""
     if not sys.platform.startswith("linux"):
         return
     try:

@@ -46,8 +46,13 @@ def test_a_seal_cannot_be_moved_to_another_status() -> None:
         seal.check(key, RUN, raw, json.dumps(doc).encode(), "box")
 
 
-def decode_sealed(raw: bytes, sealed: bytes, *, exit_code: int | None = None, **kw: str) -> Any:
-    """The coordinator's acceptance of a box receipt, with nothing to mask."""
+def decode_sealed(
+    raw: bytes, sealed: bytes, *, exit_code: int | None = None, stopped: bool = False, **kw: str
+) -> Any:
+    """The coordinator's acceptance of a box receipt, with nothing to mask. Unless stopped, the
+    runner ended by itself with the status it sealed (or exit_code)."""
+    if exit_code is None and not stopped and sealed:
+        exit_code = json.loads(sealed)["exit"]
     return accept_receipt(raw, sealed, exit_code=exit_code, redactor=Redactor({}), **kw)[1]
 
 
@@ -68,3 +73,19 @@ def test_a_process_status_other_than_the_sealed_one_is_refused() -> None:
         decode_sealed(raw, sealed, key=key, run_id=RUN, label="box", exit_code=3)
     with pytest.raises(BoxError, match="no seal"):
         decode_sealed(raw, b"", key=key, run_id=RUN, label="box")
+
+
+def test_a_runner_the_agent_had_to_stop_cannot_have_passed() -> None:
+    """The agent stopped the runner (deadline): its own receipt reads interrupted or timed
+    out. A sealed `ok` then was made by whoever held the key, not by the runner's end (an
+    audit read the key from the agent's memory and stopped the runner with SIGSTOP)."""
+    key, raw, sealed = _sealed()
+    with pytest.raises(BoxError, match="the runner was stopped, yet its receipt reads ok") as got:
+        decode_sealed(raw, sealed, key=key, run_id=RUN, label="box", stopped=True)
+    assert got.value.kind == "receipt-refused"
+    receipt = make_receipt("a")
+    timed_out = dataclasses.replace(receipt.exit, interpretation="timed-out", status=-15)
+    status = seal.runner_status(make_receipt("a", exit=timed_out), interrupted=False)
+    key, raw, sealed = _sealed(status, exit=timed_out)
+    got_receipt = decode_sealed(raw, sealed, key=key, run_id=RUN, label="box", stopped=True)
+    assert got_receipt.exit.interpretation == "timed-out"

@@ -70,6 +70,8 @@ class BoxTarget:
     env: Mapping[str, str] = field(default_factory=dict)
     # The working tree this box runs in place (`local`); None ships the snapshot.
     in_place: str | None = None
+    # Paths of this machine the box's tests get read-only under bwrap (`local`, `clean`).
+    read_only: Sequence[str] = ()
 
 
 @dataclass
@@ -255,6 +257,8 @@ class _Pipeline:
 
     def _launch(self, sha: str | None) -> tuple[int | None, str]:
         seconds = self._left()
+        # On `local` and `clean` the tests run as this user, beside this process and its key.
+        seal.not_dumpable()
         key = seal.new_key()
         self.seal_key = key
         fields = {
@@ -271,6 +275,7 @@ class _Pipeline:
             # Values travel in the frame, never in argv (ps, /proc/PID/cmdline on the box).
             "env": [f"{k}={v}" for k, v in sorted(self.target.env.items())],
             "key": key,
+            "read_only": list(self.target.read_only),
         }
         self.launched = True
         # The agent enforces the deadline itself; this wait only outlives it.
@@ -372,6 +377,13 @@ def accept_receipt(
                 f"{source}: the runner exited {exit_code} but sealed {code}; the receipt is refused"
             )
         receipt = load_receipt(raw, source=source)
+        if exit_code is None and receipt.exit.interpretation not in ("interrupted", "timed-out"):
+            # The agent stopped the runner (deadline, Ctrl-C): a runner stopped so writes an
+            # interrupted or timed-out receipt; anything else was not written by its end.
+            raise IntegrityError(
+                f"{source}: the runner was stopped, yet its receipt reads "
+                f"{receipt.exit.interpretation}; the receipt is refused"
+            )
         expected = seal.runner_status(receipt, interrupted=code == EXIT_INTERRUPTED)
         if code != expected:
             raise IntegrityError(

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import charpin_runner
+from charpin_runner.box.layout import cache_root
 
 from charpin_coordinator.remote.boxrun import BoxTarget
 from charpin_coordinator.remote.transport import LocalTransport
@@ -75,7 +76,22 @@ def clean_target(
         setup=setup,
         timeout=timeout,
         env=dict(env or {}),
+        read_only=coordinator_paths(),
     )
+
+
+def coordinator_paths() -> tuple[str, ...]:
+    """What tests on this machine must not write, because this coordinator runs from it: its
+    packages (an editable install lives outside its venv), the venv and the user site."""
+    import site
+
+    import charpin_coordinator
+
+    found = [sys.prefix, *site.getsitepackages(), site.getusersitepackages()]
+    for package in (charpin_coordinator, charpin_runner):
+        if package.__file__:
+            found.append(str(Path(package.__file__).resolve().parent))
+    return tuple(dict.fromkeys(p for p in found if os.path.isdir(p)))
 
 
 def local_target(label: str, repo: Path, *, timeout: float | None = None) -> BoxTarget:
@@ -89,6 +105,15 @@ def local_target(label: str, repo: Path, *, timeout: float | None = None) -> Box
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         return TempBox(label, root, keep=False, base_env=env, home=str(root))
 
+    # The clean box's caches too: `local` runs beside it, and its tests must not plant a venv
+    # or a runner the clean box then trusts.
+    clean = cache_root(str(clean_cache_home()))
+    caches = tuple(str(clean / name) for name in ("venvs", "repos", "runners"))
     return BoxTarget(
-        label=label, connect=connect, python=sys.executable, timeout=timeout, in_place=str(repo)
+        label=label,
+        connect=connect,
+        python=sys.executable,
+        timeout=timeout,
+        in_place=str(repo),
+        read_only=coordinator_paths() + caches,
     )

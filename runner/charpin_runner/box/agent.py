@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from charpin_runner import checkout
+from charpin_runner import checkout, seal
 from charpin_runner.box import files, launch, layout, venv, wire
 from charpin_runner.errors import EXIT_CLEAN, BoxStepError, CharpinError, IntegrityError, UsageError
 
@@ -216,6 +216,8 @@ class Agent:
 
 def serve(home: str) -> int:
     """Run the agent on this process's stdin/stdout; returns the exit status."""
+    # The agent holds the run's seal key: the tests must not read it out of its memory.
+    seal.not_dumpable()
     proto_in, proto_out = os.dup(0), os.dup(1)
     # Children (git, setup commands, the runner) must never inherit the protocol stream, and a
     # stray print must not corrupt it: fd 0 reads nothing, fd 1 is stderr from here on.

@@ -39,7 +39,9 @@ def runner_command(python: str) -> tuple[list[str], Optional[Path]]:
     root = Path(charpin_runner.__file__).resolve().parent.parent
     if (root / "__main__.py").is_file():
         # -B: the folder was compiled once when it was placed; nothing writes into it later.
-        return [python, "-B", str(root)], root
+        # -I -S: nothing from the environment or a site-packages .pth file runs in the parent
+        # that measures the run (a poisoned venv must not reach the measurement).
+        return [python, "-I", "-S", "-B", str(root)], root
     return [python, "-m", "charpin_runner"], None
 
 
@@ -76,6 +78,13 @@ def receipt_argv(
     # Caches later runs read: watched through the run, removed by the runner if changed.
     for cache in caches:
         argv += ["--disposable", str(cache)]
+    if layout.cache_repo is not None:
+        # Every cache of the box, not only this run's: a test must not plant a venv, a
+        # repository or a runner (byte code included) that another commit's run would use.
+        for name in ("venvs", "repos", "runners"):
+            argv += ["--cache-root", str(layout.root / name)]
+    for path in request.get("read_only") or []:
+        argv += ["--read-only", str(path)]
     if request.get("snapshot_sha256"):
         argv += ["--snapshot-sha256", str(request["snapshot_sha256"])]
     if request.get("confine"):

@@ -49,13 +49,15 @@ def build(venvs: Path, src: Path, commands: Sequence[str], seconds: float) -> di
     ends = time.monotonic() + seconds
     venv = venvs / venv_key(src, commands)
     python = venv / "bin" / "python"
-    with open(f"{venv}.lock", "w") as lock:
+    # "a": opening must not touch the file (a concurrent run watches the venvs folder).
+    with open(f"{venv}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         cached = (venv / ".ok").exists()
         if not cached:
             shutil.rmtree(venv, ignore_errors=True)
             _run([sys.executable, "-m", "venv", str(venv)], src, dict(os.environ), ends)
-            work = Path(f"{venv}.work")
+            # In the run's folder: the box's cache folders change only by what they cache.
+            work = src.parent / "setup-work"
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(src, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
             try:
