@@ -65,8 +65,12 @@ def interpret(ending: Ending, probe: ProbeData, extra_reasons: tuple[str, ...] =
         verdict = "timed-out"
         limit = f"{ending.timeout:g} s " if ending.timeout is not None else ""
         findings.insert(0, f"the test command ran past its {limit}deadline and was killed")
-    elif ending.status == 2 and probe.collect_errors:
+    elif ending.status in (2, 4) and probe.collect_errors:
+        # 2: test files pytest could not collect; 4: a conftest that failed to import (pytest
+        # calls that a usage error, but it is the project's code that broke).
         verdict = "collection-error"
+        if not probe.started:
+            findings = [f for f in findings if f != _NEVER_STARTED]
         findings[:0] = _collect_errors(probe)
     else:
         verdict = _PYTEST_CODES.get(ending.status, "incomplete")

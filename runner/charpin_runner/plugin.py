@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import traceback
 import types
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -85,6 +86,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="repository root; recorded node ids are made relative to it.",
     )
+
+
+if _NEW_STYLE:
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_load_initial_conftests(
+        early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+    ) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        except Exception as exc:
+            _conftest_failed(early_config, exc)
+            raise
+
+else:  # pragma: no cover - exercised only with pluggy < 1.1
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_load_initial_conftests(
+        early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+    ) -> Generator[None, Any, None]:
+        outcome = yield
+        if outcome.excinfo is not None:
+            _conftest_failed(early_config, outcome.excinfo[1])
+
+
+def _conftest_failed(early_config: pytest.Config, exc: BaseException) -> None:
+    """A conftest that cannot be imported stops pytest before any session (exit 4): the probe
+    never starts, so the error is written to its record here, as a collection error."""
+    namespace = early_config.known_args_namespace
+    path = getattr(namespace, "charpin_receipt", None)
+    if not path:
+        return
+    cause = getattr(exc, "cause", None) or exc
+    where = getattr(exc, "path", None)
+    root = getattr(namespace, "charpin_root", None) or str(early_config.invocation_params.dir)
+    nodeid = _posix_rel(str(where), Path(root)) if where is not None else ""
+    text = "".join(traceback.format_exception_only(type(cause), cause)).strip()
+    lines = text.splitlines()[-_COLLECT_ERROR_LINES:]
+    record = {"kind": "collect-error", "nodeid": nodeid, "text": "\n".join(lines)}
+    try:
+        with open(_resolve_path(early_config, path), "a", encoding="utf-8") as handle:
+            handle.write(_ENCODE(record) + "\n")
+    except OSError:
+        pass  # the parent then reads pytest's usage error, as before
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -82,3 +82,32 @@ def test_a_run_reports_it_as_failed_tests_not_a_box_that_was_not_evaluated(tmp_p
     [completeness] = [g for g in report["gates"] if g["gate"] == "Completeness"]
     assert completeness["status"] == "FAIL"
     assert "No module named 'shop._generated'" in completeness["detail"]
+
+
+def test_a_conftest_that_cannot_import_is_a_collection_error_with_its_message(
+    tmp_path: Path,
+) -> None:
+    """pytest exits 4 ("usage") before any session when a conftest fails to import; the
+    receipt names the conftest and the error instead of "the plugin did not load"."""
+    files = dict(BROKEN)
+    files["tests/test_prices.py"] = "def test_prices():\n    assert True\n"
+    files["tests/conftest.py"] = "import shop.fixtures_db  # a module nobody committed\n"
+    repo = make_repo(tmp_path / "shop", files)
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "charpin_runner", "receipt", "--repo", str(repo), "-o", str(out)],
+        env={**os.environ, "PYTHONPATH": RUNNER},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    receipt = json.loads(out.read_text())
+    assert receipt["exit"]["pytest_status"] is None
+    assert receipt["exit"]["status"] == 4
+    assert receipt["exit"]["interpretation"] == "collection-error", receipt["exit"]
+    first = receipt["exit"]["reasons"][0]
+    assert first.startswith("collection error in tests/conftest.py: "), first
+    assert "No module named 'shop'" in first or "No module named 'shop.fixtures_db'" in first
+    assert not any("did not load" in r for r in receipt["exit"]["reasons"])
+    assert done.returncode == 1
