@@ -27,6 +27,7 @@ import json
 import os
 import shlex
 import shutil
+import site
 import statistics
 import subprocess
 import sys
@@ -169,12 +170,12 @@ def config_for(tmp: Path, boxes: list[SshBox]) -> Path:
 # --- runs -------------------------------------------------------------------------------------
 
 
-def charpin_run(repo: Path, config: Path, hosts: str, run_id: str) -> Run:
+def charpin_run(repo: Path, config: Path, hosts: str, run_id: str, *extra: str) -> Run:
     """Run the CLI as a subprocess; wall time and, through os.wait4, its CPU (with children)."""
     out = repo.parent / "runs"
     argv = [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo),
             "--ssh-config", str(config), "--hosts", hosts, "--out", str(out), "--run-id",
-            run_id, "--json", "--jobs", "4"]  # fmt: skip
+            run_id, "--json", "--jobs", "4", *extra]  # fmt: skip
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, env=ENV, stdin=subprocess.DEVNULL, stdout=stdout,
@@ -245,6 +246,52 @@ def warm_overhead(
         box.stop()
 
 
+def protections(tmp: Path, repeat: int) -> tuple[float, float, int]:
+    """Median warm wall with the default protections (bubblewrap, every box cache watched)
+    and with `--sandbox off`, interleaved, on a box whose cache holds three other venvs; and
+    how many entries the parent's stat snapshot walks there."""
+    box = start_sshd(tmp / "sshd-prot", name="prot", alias="prot")
+    try:
+        repo = suite(tmp / "prot-repo", [box])
+        config = config_for(tmp, [box])
+        # A setup (so the box caches a venv; it gets this interpreter's pytest through a .pth
+        # file, no network), and three other dependency sets, each with its venv in the box
+        # cache, as a box that has verified a few branches would have.
+        pyproject = repo / "pyproject.toml"
+        site_dir = site.getsitepackages()[0]
+        outer = f"import site; open(site.getsitepackages()[0] + '/outer.pth', 'w').write({site_dir!r})"
+        pyproject.write_text(
+            f"[tool.charpin]\nsetup = [{json.dumps(f'python -c {chr(34)}{outer}{chr(34)}')}]\n"
+            + pyproject.read_text()
+        )
+        git(repo, "commit", "-qam", "setup")
+        original = pyproject.read_text()
+        for n in range(3):
+            pyproject.write_text(original + f"\n# dependency set {n}\n")
+            git(repo, "commit", "-qam", f"deps {n}")
+            charpin_run(repo, config, "prot", f"prot-deps-{n}")
+        pyproject.write_text(original)
+        git(repo, "commit", "-qam", "back")
+        charpin_run(repo, config, "prot", "prot-warmup")
+        charpin_run(repo, config, "prot", "prot-warmup-off", "--sandbox", "off")
+        auto: list[float] = []
+        off: list[float] = []
+        for i in range(repeat):
+            auto.append(charpin_run(repo, config, "prot", f"prot-a{i}").wall)
+            off.append(charpin_run(repo, config, "prot", f"prot-o{i}", "--sandbox", "off").wall)
+        cache = box.root / "home" / ".cache" / "charpin"
+        if not cache.is_dir():
+            cache = next(box.root.rglob(".cache/charpin"))
+        entries = sum(
+            len(dirs) + len(files)
+            for name in ("venvs", "repos", "runners")
+            for _, dirs, files in os.walk(cache / name)
+        )
+        return statistics.median(auto), statistics.median(off), entries
+    finally:
+        box.stop()
+
+
 def incremental(tmp: Path) -> tuple[int, int]:
     box = start_sshd(tmp / "sshd", name="inc", alias="inc")
     try:
@@ -309,6 +356,7 @@ def main() -> int:
         )
         first, second = incremental(tmp)
         fan = fan_out(tmp)
+        guarded, unguarded, entries = protections(tmp, REPEAT)
     per_box = fan.cpu_together / 4
     extra = (fan.cpu_together - fan.cpu_single) / 3  # marginal cost of boxes 2 to 4
     print("| measure (loopback sshd) | charpin-remote | baseline | ratio | target |")
@@ -327,6 +375,9 @@ def main() -> int:
           f"| coordinator CPU {fan.cpu_single:.2f} s (1 box) "
           f"| {fan.cpu_together / fan.cpu_single:.2f}x (+{extra:.2f} s per extra box) "
           "| reported, no target |")  # fmt: skip
+    print(f"| protections: default (bubblewrap, pins sandboxed, {entries:,} cache entries "
+          f"watched) vs `--sandbox off`, {TESTS:,} trivial tests | {guarded:.2f} s "
+          f"| {unguarded:.2f} s | {guarded - unguarded:+.2f} s | reported, no target |")  # fmt: skip
     return 0
 
 

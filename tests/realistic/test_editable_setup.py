@@ -144,12 +144,31 @@ def test_setup_that_installs_the_project_itself_is_refused_with_the_fix(tmp_path
 
 
 @pytest.mark.slow
-def test_setup_writes_nothing_into_the_checkout(tmp_path: Path) -> None:
+def test_a_setup_that_writes_into_the_checkout_is_refused_on_the_first_run(
+    tmp_path: Path,
+) -> None:
+    """#11 item 4: `python3 -m venv .venv` in setup with test_command `.venv/bin/python` used
+    to work once and then fail with "cannot start the test command"; setup runs in a throwaway
+    copy, so anything it writes there is named at once, with the fix."""
     files = dict(SHOP)
     files["src/shop/_rates.py"] = "RATE = 3\n"
     files["tests/conftest.py"] = "import sys\nsys.path.insert(0, 'src')\n"
-    # A setup line that writes into where it runs, as `pip install -e .` writes *.egg-info.
-    files["pyproject.toml"] = _pyproject([DEPS, "mkdir -p build && echo x > build/log"], [])
+    files["pyproject.toml"] = _pyproject([DEPS, "mkdir -p .venv/bin && echo x > .venv/bin/py"], [])
+    repo = make_repo(tmp_path / "shop", files)
+    code, report, _ = _run(repo, tmp_path / "runs", "r1")
+    (missing,) = report["not_evaluated"]
+    assert missing["kind"] == "setup-failed"
+    assert "setup wrote .venv/ into the checkout" in missing["reason"], missing["reason"]
+    assert "`prepare`" in missing["reason"]
+    assert code & 4
+
+
+@pytest.mark.slow
+def test_a_setup_that_only_installs_leaves_the_checkout_clean(tmp_path: Path) -> None:
+    files = dict(SHOP)
+    files["src/shop/_rates.py"] = "RATE = 3\n"
+    files["tests/conftest.py"] = "import sys\nsys.path.insert(0, 'src')\n"
+    files["pyproject.toml"] = _pyproject([DEPS], [])
     repo = make_repo(tmp_path / "shop", files)
     code, report, receipt = _run(repo, tmp_path / "runs", "r1")
     assert report["not_evaluated"] == [], report["not_evaluated"]

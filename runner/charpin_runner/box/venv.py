@@ -61,11 +61,23 @@ def build(venvs: Path, src: Path, commands: Sequence[str], seconds: float) -> di
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(src, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
             try:
+                before = _listing(work)
                 for command in commands:
                     _run(command, work, _venv_env(venv), ends, shell=True)  # noqa: S604 - shell
                 editable = _editables(venv, work) + _own_packages(venv, work)
+                wrote = _changed(before, _listing(work))
             finally:
                 shutil.rmtree(work, ignore_errors=True)
+            if wrote and not editable:
+                shutil.rmtree(venv, ignore_errors=True)
+                shown = ", ".join(wrote[:5]) + (f" and {len(wrote) - 5} more" if len(wrote) > 5 else "")
+                raise BoxStepError(
+                    "setup-failed",
+                    f"setup wrote {shown} into the checkout; setup runs once per dependency set "
+                    "in a throwaway copy, so the tests would never see it: install into the venv "
+                    "charpin gives setup (first on its PATH: `pip install ...`, no `.venv` of "
+                    "your own) and make files each checkout needs in `prepare`",
+                )
             if editable:
                 shutil.rmtree(venv, ignore_errors=True)
                 raise BoxStepError(
@@ -123,6 +135,34 @@ def _site_dirs(python: str, cwd: Path, ends: float) -> list[str]:
     if done.returncode != 0:
         raise BoxStepError("setup-failed", f"{python} cannot report its site-packages: {done.stderr}")
     return list(dict.fromkeys(done.stdout.split()))
+
+
+def _listing(root: Path) -> dict[str, tuple[int, int]]:
+    """relative path -> (size, mtime_ns) of every file and link under root, byte code aside."""
+    found: dict[str, tuple[int, int]] = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            found[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def _changed(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """Top-level-first list of what appeared or changed (a new folder is named once)."""
+    moved = sorted(p for p in after if before.get(p) != after[p])
+    tops = {p.split(os.sep, 1)[0] for p in before}
+    named: list[str] = []
+    for path in moved:
+        top = path.split(os.sep, 1)[0]
+        shown = top + "/" if top != path and top not in tops else path
+        if shown not in named and not any(p.endswith("/") and path.startswith(p) for p in named):
+            named.append(shown)
+    return named
 
 
 def _own_packages(venv: Path, work: Path) -> list[str]:
