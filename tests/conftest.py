@@ -25,9 +25,13 @@ _SCRUB = (
 
 
 @pytest.fixture(autouse=True)
-def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _clean_environ(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     for name in _SCRUB:
         monkeypatch.delenv(name, raising=False)
+    # The coordinator's state folder (verify's reuse records and key): never the real home's.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-state"))
     monkeypatch.setenv("GIT_AUTHOR_NAME", "charpin test")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@charpin.invalid")
     monkeypatch.setenv("GIT_COMMITTER_NAME", "charpin test")

@@ -107,6 +107,13 @@ def add_parsers(sub: Any) -> None:
         help="read-only for the tests under bwrap (not checked after the run)",
     )
     add(
+        "--hide",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="hidden from the tests under bwrap (a secret of this machine)",
+    )
+    add(
         "--seal-stdin",
         action="store_true",
         help="read a 64-hex-digit key from stdin and write PATH.seal next to the receipt "
@@ -171,6 +178,7 @@ def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
     return sandbox.Plan(
         containers=tuple(os.path.abspath(p) for p in args.cache_root),
         read_only=tuple(os.path.abspath(p) for p in args.read_only),
+        hidden=tuple(os.path.abspath(p) for p in args.hide),
         mode=sandbox.check_mode(args.sandbox),
         protect=tuple(dict.fromkeys(protect)),
         disposable=tuple(disposable),

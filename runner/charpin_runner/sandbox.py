@@ -53,6 +53,9 @@ class Plan:
     # another process may be changing meanwhile (the coordinator's packages, the clean box's
     # caches while `local` runs beside it).
     read_only: tuple[str, ...] = ()
+    # Hidden under bwrap (an empty folder, or /dev/null for a file): secrets of this machine
+    # the tests must not even read (the coordinator's reuse key).
+    hidden: tuple[str, ...] = ()
 
 
 @dataclass
@@ -139,6 +142,11 @@ def wrap(guard: Guard, argv: list[str], scratch: str | None = None) -> list[str]
     # Later mounts win: what must stay writable is bound again over a read-only parent.
     for path in _existing(tuple(writable)):
         args += ["--bind", path, path]
+    for path in _existing(plan.hidden):
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--tmpfs", path]
+        else:
+            args += ["--ro-bind", os.devnull, path]
     return [*args, "--", *argv]
 
 

@@ -9,6 +9,7 @@ import site
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -190,6 +191,28 @@ def test_local_at_head_by_name_does_not_warn(
     head = git(git_repo, "rev-parse", "HEAD")
     _run(git_repo, "--commit", head, "--hosts", "local")
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_clean_box_whose_python_hangs_is_killed_at_its_deadline(tmp_path: Path) -> None:
+    # Same session code as an SSH box: closing waits for what is left of the deadline, then kills.
+    python, pid_file = tmp_path / "hanging-python", tmp_path / "python.pid"
+    python.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 3600\n")
+    python.chmod(0o755)
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "tests/test_a.py": "def test_a():\n    pass\n",
+            "pyproject.toml": f'[tool.charpin.hosts.clean]\npython = "{python}"\n',
+        },
+    )
+    started = time.monotonic()
+    code, report, _ = _run(repo, "--hosts", "clean", "--timeout", "5")
+    wall = time.monotonic() - started
+    [missing] = report["not_evaluated"]  # type: ignore[misc]
+    assert missing["kind"] == "timeout" and "did not answer within" in missing["reason"]
+    assert code & 4
+    assert wall < 8.5, f"took {wall:.1f}s for a 5s deadline"
+    assert not Path(f"/proc/{pid_file.read_text().strip()}").exists(), "the python still runs"
 
 
 def _bare_python() -> str:
@@ -453,3 +476,67 @@ def test_an_oversized_log_keeps_its_end(tmp_path: Path) -> None:
     assert log.startswith(b"(charpin-remote: stdout.log is over ")
     assert b"the-real-failure" in log
     assert len(log) <= MAX_LOG_BYTES + 200
+
+
+def test_run_markdown_goes_to_a_file_or_to_stdout_as_compare_does(
+    git_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # #10 item 13: `--markdown FILE` writes the file; `-` prints the Markdown instead of the text
+    # report (the run folder's line goes to stderr), as `compare --markdown -` does.
+    md = tmp_path / "drift.md"
+    base = ["run", "--repo", str(git_repo), "--hosts", "local", "--out", str(tmp_path / "runs")]
+    main([*base, "-q", "--run-id", "r1", "--markdown", str(md)])
+    out = capsys.readouterr().out
+    assert md.read_text().startswith("## charpin drift") and "## charpin drift" not in out
+    assert "run folder:" in out
+    main([*base, "-q", "--run-id", "r2", "--markdown", "-"])
+    captured = capsys.readouterr()
+    assert captured.out.startswith("## charpin drift") and "run folder:" not in captured.out
+    assert "run folder:" in captured.err
+    assert main([*base, "--json", "--markdown", "-"]) == 64
+    assert "--json and --markdown - would both print on stdout" in capsys.readouterr().err
+
+
+def test_hosts_check_outside_a_repository_says_no_configuration_was_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # #10 item 13: the boxes are still checked, but an all-ok result must not read as a check of
+    # the project's settings.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+    assert main(["hosts", "check", "--hosts", "local"]) == 0
+    captured = capsys.readouterr()
+    assert "[local] ok " in captured.out
+    assert "note: no [tool.charpin] read" in captured.err
+    assert f"{plain} is not inside a git repository; pass --repo DIR" in captured.err
+    # A plain project folder with its own pyproject.toml is read as it is (no note).
+    (plain / "pyproject.toml").write_text("[tool.charpin]\ntimeout = 60\n")
+    assert main(["hosts", "check", "--hosts", "local"]) == 0
+    assert "no [tool.charpin] read" not in capsys.readouterr().err
+
+
+def test_a_repository_owned_by_another_user_is_named_with_gits_fix(
+    git_repo: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # git will not open it ("dubious ownership"): that is not "not inside a git repository", and
+    # the fix is git's own safe.directory line for the repository's top (#10 item 13).
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the repository to another user (CI runs as root)")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    subprocess.run(["chown", "-R", "65534", str(git_repo)], check=True)
+    fix = f"if you trust it, run: git config --global --add safe.directory {git_repo}\n"
+    assert main(["run", "--hosts", "local", "--repo", str(git_repo / "tests"), "-q"]) == 64
+    err = capsys.readouterr().err
+    assert f"detected dubious ownership in repository at '{git_repo}'" in err and fix in err
+    assert "not inside a git repository" not in err
+    monkeypatch.chdir(git_repo / "tests")
+    assert main(["hosts", "check", "--hosts", "local"]) == 0
+    err = capsys.readouterr().err
+    assert "note: no [tool.charpin] read" in err and "dubious ownership" in err and fix in err

@@ -246,6 +246,28 @@ def test_test_hanging_past_the_deadline_is_timed_out_and_leaves_nothing(
     assert not box.session_pids()
 
 
+def test_a_box_whose_python_hangs_is_timed_out_at_its_deadline_not_after(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    # The host's python never answers the bootstrap and ignores its stdin closing: closing the
+    # session waits only for what is left of the 5 s deadline (and a short floor), not 10 s more.
+    box = sshd_factory(name="hang", alias="hang")
+    python = tmp_path / "hanging-python"
+    python.write_text("#!/bin/sh\nexec sleep 3600\n")
+    python.chmod(0o755)
+    toml = f'[tool.charpin.hosts.hang]\npython = "{python}"\n'
+    repo = make_repo(
+        tmp_path / "repo", {"tests/test_a.py": "def test_a():\n    pass\n", "pyproject.toml": toml}
+    )
+    started = time.monotonic()
+    code, report, _ = _run(repo, _ssh_config(tmp_path, [box]), "hang", "--timeout", "5")
+    wall = time.monotonic() - started
+    missing = _not_evaluated(report)["hang"]
+    assert missing["kind"] == "timeout" and "did not answer within" in missing["reason"], missing
+    assert code & 4
+    assert wall < 8.5, f"took {wall:.1f}s for a 5s deadline"
+
+
 def test_sshd_killed_mid_run_is_not_evaluated(sshd_factory: SshdFactory, tmp_path: Path) -> None:
     box = sshd_factory(name="doomed", alias="doomed")
     hang = (

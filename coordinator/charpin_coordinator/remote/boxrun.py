@@ -72,6 +72,8 @@ class BoxTarget:
     in_place: str | None = None
     # Paths of this machine the box's tests get read-only under bwrap (`local`, `clean`).
     read_only: Sequence[str] = ()
+    # ... and hidden from them (this machine's secrets).
+    hidden: Sequence[str] = ()
 
 
 @dataclass
@@ -179,7 +181,12 @@ class _Pipeline:
             argv = sessions.shipped_agent(self.target.python, home, self.plan.runner)
             runner = self.plan.runner
         return sessions.BoxSession.start(
-            self.box, argv, python=self.target.python, runner=runner, timeout=self._step_seconds()
+            self.box,
+            argv,
+            python=self.target.python,
+            runner=runner,
+            timeout=self._step_seconds(),
+            deadline=self.ends,
         )
 
     def _call(
@@ -276,6 +283,7 @@ class _Pipeline:
             "env": [f"{k}={v}" for k, v in sorted(self.target.env.items())],
             "key": key,
             "read_only": list(self.target.read_only),
+            "hidden": list(self.target.hidden),
         }
         self.launched = True
         # The agent enforces the deadline itself; this wait only outlives it.
@@ -327,8 +335,11 @@ class _Pipeline:
         discard = self.launched and self.out.receipt is None
         if self.session is None:
             return
+        # Past the deadline the run folder gets a short wait (what is left is removed when the
+        # agent sees the channel end); caches to discard always get the whole step.
+        seconds = STEP_SECONDS if discard else self.session.closing_seconds(STEP_SECONDS)
         try:
-            self._call("clean", {"discard": discard}, timeout=STEP_SECONDS)
+            self._call("clean", {"discard": discard}, timeout=seconds)
         except BoxError:
             pass  # the agent also cleans up when the channel ends without a goodbye
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import charpin_runner
 from charpin_runner.box.layout import cache_root
 
+from charpin_coordinator import statedir
 from charpin_coordinator.remote.boxrun import BoxTarget
 from charpin_coordinator.remote.transport import LocalTransport
 
@@ -77,17 +78,27 @@ def clean_target(
         timeout=timeout,
         env=dict(env or {}),
         read_only=coordinator_paths(),
+        hidden=coordinator_secrets(),
     )
 
 
+def coordinator_secrets() -> tuple[str, ...]:
+    """What tests on this machine must not even read: the key of verify's reuse records."""
+    from charpin_coordinator.verify.reuse import KEY_FILE
+
+    return (str(statedir.state_root() / KEY_FILE),)
+
+
 def coordinator_paths() -> tuple[str, ...]:
-    """What tests on this machine must not write, because this coordinator runs from it: its
-    packages (an editable install lives outside its venv), the venv and the user site."""
+    """What tests on this machine must not write, because this coordinator runs from it or
+    trusts it later: its packages (an editable install lives outside its venv), the venv, the
+    user site, and its state folder (created first: a test must not create it itself)."""
     import site
 
     import charpin_coordinator
 
-    found = [sys.prefix, *site.getsitepackages(), site.getusersitepackages()]
+    state = str(statedir.ensure_state_root())
+    found = [sys.prefix, *site.getsitepackages(), site.getusersitepackages(), state]
     for package in (charpin_coordinator, charpin_runner):
         if package.__file__:
             found.append(str(Path(package.__file__).resolve().parent))
@@ -116,4 +127,5 @@ def local_target(label: str, repo: Path, *, timeout: float | None = None) -> Box
         timeout=timeout,
         in_place=str(repo),
         read_only=coordinator_paths() + caches,
+        hidden=coordinator_secrets(),
     )

@@ -28,7 +28,8 @@ from charpin_coordinator.remote.errors import BoxError, kind_named, last_lines
 from charpin_coordinator.remote.transport import Channel, Finished, Transport
 
 _WAIT_SLICE = 0.25  # how often a waiting session looks at the stop event
-_FINISH_SECONDS = 10.0
+_FINISH_SECONDS = 10.0  # at most, for goodbye and the program's end; never past the deadline
+_CLEANUP_FLOOR = 1.0  # what goodbye and the end still get once the box's deadline has passed
 
 BOOTSTRAP = r"""
 import hashlib, json, os, shutil, sys
@@ -100,8 +101,12 @@ def local_agent(home: str) -> list[str]:
 class BoxSession:
     """Requests and replies with one box's agent over one channel."""
 
-    def __init__(self, box: Transport, channel: Channel, *, python: str):
+    def __init__(
+        self, box: Transport, channel: Channel, *, python: str, deadline: float | None = None
+    ):
         self.box, self.channel, self.python = box, channel, python
+        # The box's one deadline (time.monotonic()): closing never waits much past it.
+        self.deadline = deadline
         self.label = box.name
         self.agent_python = ""
         self._ready = False
@@ -120,9 +125,11 @@ class BoxSession:
         python: str,
         runner: RunnerBundle | None,
         timeout: float,
+        deadline: float | None = None,
     ) -> BoxSession:
-        """Start the agent (through the bootstrap when runner is given) and wait until ready."""
-        session = cls(box, box.open(argv), python=python)
+        """Start the agent (through the bootstrap when runner is given) and wait until ready.
+        deadline: the box's one deadline (time.monotonic()), which closing respects."""
+        session = cls(box, box.open(argv), python=python, deadline=deadline)
         try:
             header, _ = session._read(timeout, "starting the box agent")
             if header.get("need") and runner is not None:
@@ -161,11 +168,19 @@ class BoxSession:
         if polite and self._ready:
             try:
                 self.channel.send(wire.encode({"op": "bye"}))
-                self._read(_FINISH_SECONDS, "saying goodbye")
+                self._read(self.closing_seconds(), "saying goodbye")
             except (BoxError, IntegrityError, OSError):
                 pass
-        self._finished = self.channel.finish(_FINISH_SECONDS)
+        self._finished = self.channel.finish(self.closing_seconds())
         return self._finished
+
+    def closing_seconds(self, most: float = _FINISH_SECONDS) -> float:
+        """How long one closing wait may take: at most `most`, and no longer than what is left
+        of the box's deadline, with a short floor for cleanup (the channel's program is killed
+        after it)."""
+        if self.deadline is None:
+            return most
+        return min(most, max(_CLEANUP_FLOOR, self.deadline - time.monotonic()))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -204,7 +219,7 @@ class BoxSession:
 
     def _ended(self, what: str) -> BoxError:
         """The agent's stream ended: say how the program ended and what it printed last."""
-        finished = self.channel.finish(_FINISH_SECONDS)
+        finished = self.channel.finish(self.closing_seconds())
         self._finished = finished
         tail = last_lines(finished.stderr)
         if not self._ready:

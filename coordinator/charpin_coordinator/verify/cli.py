@@ -108,6 +108,8 @@ def run_verify(args: argparse.Namespace) -> int:
     )
     with make_progress(names, quiet=args.quiet or args.json) as progress:
         result = verify(options, phase=progress.phase)
+    for note in result.notes:  # --reuse-base: what was not reused, and why
+        print(f"charpin-remote: note: {note}", file=sys.stderr)
     report = result.report
     if args.markdown:
         write_file(args.markdown, render_markdown(report).encode())

@@ -38,10 +38,9 @@ from charpin_runner.runid import check_run_id, new_run_id
 from charpin_coordinator.config import load_config
 from charpin_coordinator.gitcmd import git_bytes
 from charpin_coordinator.remote.boxrun import Phase
-from charpin_coordinator.remote.results import safe_folders
 from charpin_coordinator.remote.run import Options, RunResult, plan, run
 from charpin_coordinator.report import NotEvaluated
-from charpin_coordinator.verify import gates, patch, static
+from charpin_coordinator.verify import gates, patch, reuse, static
 from charpin_coordinator.verify.report import (
     VERIFY_REPORT_VERSION,
     WHOLE_PATCH,
@@ -129,13 +128,12 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         # checkout to write, and the base is measured the same way.
         confine=True,
     )
-    verify_root = folder.parent
+    notes: list[str] = []
+    config_sha = _config_sha(base_config.table)
     reused = (
-        _reusable_base(verify_root, made.base, base_config.table, options)
-        if options.reuse_base
-        else None
+        _reusable_base(repo, made.base, config_sha, options, notes) if options.reuse_base else None
     )
-    base_run = reused or run(plan(base_options), phase=phase)
+    base_run = reused[1] if reused else run(plan(base_options), phase=phase)
     patched_options = replace(
         base_options, commit=runs, run_id="patched", patch_sha256=made.patch_sha256
     )
@@ -146,13 +144,18 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         patched_run = run(plan(patched_options), phase=phase)
     report = judge(made, base_run, patched_run, facts, ran=runs)
     if reused is not None:
-        report = msgspec.structs.replace(report, base_from=reused.folder.parent.name)
+        report = msgspec.structs.replace(report, base_from=reused[0])
     write_atomic(folder / "patch.diff", made.patch)
     write_atomic(folder / "verify.json", encode(report))
-    if reused is None:  # a reused base stays recorded where it ran
-        write_atomic(folder / REUSE, _reuse_record(made.base, base_config.table, base_run))
+    if reused is None and not base_run.interrupted:  # a reused base stays where it was kept
+        accepted = {
+            o.label: o.raw_receipt
+            for o in base_run.outcomes
+            if o.receipt is not None and o.raw_receipt is not None
+        }
+        reuse.store(repo, run_id, made.base, config_sha, accepted, notes=notes)
     interrupted = base_run.interrupted or patched_run.interrupted
-    return VerifyResult(report, made, base_run, patched_run, folder, interrupted)
+    return VerifyResult(report, made, base_run, patched_run, folder, interrupted, notes)
 
 
 def protected(config: CharpinConfig) -> list[str]:
@@ -251,65 +254,42 @@ def _not_run(hosts: Sequence[str], folder: Path) -> RunResult:
     return RunResult(build_report([], not_evaluated=missing), outcomes, folder, interrupted=True)
 
 
-REUSE = "reuse.json"
-
-
 def _config_sha(table: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
 
 
-def _reuse_record(base: str, table: dict[str, Any], base_run: RunResult) -> bytes:
-    """What a later `--reuse-base` matches: base, config, and each evaluated box's receipt."""
-    boxes = {
-        o.label: hashlib.sha256(o.raw_receipt).hexdigest()
-        for o in base_run.outcomes
-        if o.receipt is not None and o.raw_receipt is not None
-    }
-    record = {"base": base, "config_sha256": _config_sha(table), "boxes": boxes}
-    return json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
-
-
 def _reusable_base(
-    root: Path, base: str, table: dict[str, Any], options: VerifyOptions
-) -> RunResult | None:
-    """The base run of the newest earlier verify of this base and config on exactly these boxes
-    (every receipt still matching its recorded sha256 and decoding strictly), or None."""
+    repo: Path, base: str, config_sha: str, options: VerifyOptions, notes: list[str]
+) -> tuple[str, RunResult] | None:
+    """(verify id, base run) of the newest earlier verify of this base and config on exactly
+    these boxes whose record authenticates (verify/reuse.py) and whose receipts decode strictly
+    for this base; None, with a note, when there is none (the base then runs)."""
     from charpin_coordinator.drift import build_report
     from charpin_coordinator.receipts import load_receipt
     from charpin_coordinator.remote.boxrun import BoxOutcome
 
-    if not root.is_dir():
-        return None
-    want = sorted(options.hosts)
-    for record_path in sorted(root.glob(f"*/{REUSE}"), reverse=True):
-        try:
-            record = json.loads(record_path.read_bytes())
-        except (OSError, ValueError):
-            continue
-        boxes = record.get("boxes") if isinstance(record, dict) else None
-        if record.get("base") != base or record.get("config_sha256") != _config_sha(table):
-            continue
-        if not isinstance(boxes, dict) or sorted(boxes) != want:
-            continue
+    for record in reuse.candidates(repo, base, config_sha, options.hosts, notes=notes):
         outcomes: list[BoxOutcome] = []
         for label in options.hosts:
-            folder = record_path.parent / "base" / safe_folders([label])[label]
+            raw = record.receipts[label]
             try:
-                raw = (folder / "receipt.json").read_bytes()
-                if hashlib.sha256(raw).hexdigest() != boxes[label]:
-                    raise IntegrityError("changed since it was recorded")
-                receipt = load_receipt(raw, source=str(folder / "receipt.json"))
-            except (OSError, IntegrityError):
-                outcomes = []
+                receipt = load_receipt(raw, source=f"{record.folder}/{label}")
+            except IntegrityError as exc:
+                notes.append(f"--reuse-base: {record.folder} is not reused: {exc}")
                 break
             if receipt.identity.head_before != base:
-                outcomes = []
+                notes.append(f"--reuse-base: {record.folder} is not reused: another commit ran")
                 break
             outcomes.append(BoxOutcome(label=label, receipt=receipt, raw_receipt=raw))
-        if outcomes:
+        else:
             pairs = [(o.label, o.receipt) for o in outcomes if o.receipt is not None]
             report = build_report(pairs, expected_commit=base)
-            return RunResult(report, outcomes, record_path.parent / "base", interrupted=False)
+            result = RunResult(report, outcomes, record.folder / "base", interrupted=False)
+            return record.run_id, result
+    notes.append(
+        f"--reuse-base: no earlier verify of base {base[:12]} with this configuration on "
+        f"{', '.join(options.hosts)} to reuse; the base runs"
+    )
     return None
 
 

@@ -85,6 +85,8 @@ def receipt_argv(
             argv += ["--cache-root", str(layout.root / name)]
     for path in request.get("read_only") or []:
         argv += ["--read-only", str(path)]
+    for path in request.get("hidden") or []:
+        argv += ["--hide", str(path)]
     if request.get("snapshot_sha256"):
         argv += ["--snapshot-sha256", str(request["snapshot_sha256"])]
     if request.get("confine"):

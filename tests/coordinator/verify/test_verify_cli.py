@@ -26,6 +26,7 @@ CODE = "export_invoices.py"
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PYTHONPATH", RUNNER_PATH)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
 @pytest.fixture
@@ -341,8 +342,10 @@ def test_a_bundle_binds_the_commit_that_ran_when_protected_paths_were_put_back(
 
 
 def test_reuse_base_takes_the_base_receipts_of_an_earlier_verify_only_when_asked(
-    repo: Path,
+    repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from charpin_coordinator.verify.reuse import reuse_root
+
     text = replaced(repo, CODE, '"; row skipped"', '" (row skipped)"')
     patch = agent_patch(repo, {CODE: text})
     _, first = verify(repo, patch)
@@ -350,11 +353,26 @@ def test_reuse_base_takes_the_base_receipts_of_an_earlier_verify_only_when_asked
     assert first["base_from"] == "" and again["base_from"] == ""  # never by default
     _, reused = verify(repo, patch, "--reuse-base")
     assert reused["base_from"] == "v1" and reused["verdict"] == first["verdict"] == "REJECT"
-    # A base receipt changed after the fact is not reused: that verify runs its base again.
-    stored = repo.parent / "verify" / "v1" / "base" / "clean" / "receipt.json"
+    # Kept outside the repository, private to this user.
+    kept = reuse_root(repo) / "v1"
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["v0", "v1"]
+    assert (kept.stat().st_mode & 0o777, (kept / "record.mac").stat().st_mode & 0o777) == (
+        0o700,
+        0o600,
+    )
+    # The verify folder's copy is output, not evidence: editing it changes nothing.
+    shown = repo.parent / "verify" / "v1" / "base" / "clean" / "receipt.json"
+    shown.write_bytes(shown.read_bytes().replace(b'"passed"', b'"failed"', 1))
+    _, still = verify(repo, patch, "--reuse-base")
+    assert still["base_from"] == "v1"
+    # The kept copy changed after the fact: not reused (one note), the next newest one is.
+    stored = kept / "base" / "clean" / "receipt.json"
     stored.write_bytes(stored.read_bytes().replace(b'"passed"', b'"failed"', 1))
+    capsys.readouterr()
     _, fresh = verify(repo, patch, "--reuse-base")
     assert fresh["base_from"] == "v0"
+    [note] = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert f"{kept} is not reused: base/clean/receipt.json changed since it was stored" in note
 
 
 def test_ctrl_c_during_the_base_run_stops_the_whole_verify(repo: Path, tmp_path: Path) -> None:
