@@ -18,6 +18,7 @@ from charpin_runner.climain import Parser, run_main
 _COMMANDS = {
     "receipt": "charpin_runner.receipt_cli",
     "pins": "charpin_runner.pins.cli",
+    "import": "charpin_runner.import_cli",
     "inventory": "charpin_runner.inventory.cli",
     "guard": "charpin_runner.guard.cli",
     "box": "charpin_runner.box_cli",

@@ -3,7 +3,9 @@
 Run: python tests/bench/bench_pins.py [--pins 200]   (prints a Markdown table)
 Targets (issue): per-pin overhead over a bare subprocess.run of the same command <= 15 ms;
 speed-up with 2 workers >= 1.7x on a 2-core machine; charpin at least as fast as the same cases
-as a cram-format suite run by prysk (which checks less: merged streams, no output files).
+as a cram-format suite run by prysk (which checks less: merged streams, no output files); and
+importing those same 200 `.t` files (`charpin import cram --dialect prysk`: one verification
+run, write, replay from disk) and replaying the imported pins, each against prysk (target >= 1x).
 Each variant runs the same 200 commands; the best of ROUNDS (env BENCH_ROUNDS, default 3) is
 reported. CPU seconds (this process plus all children, user + system) are printed beside wall
 time because they barely move when other jobs share the machine, while wall time does.
@@ -27,9 +29,12 @@ sys.path[:0] = [str(Path(__file__).parents[2] / "runner")]
 
 from charpin_runner.config import PinsConfig  # noqa: E402
 from charpin_runner.pins.execute import Session  # noqa: E402
+from charpin_runner.pins.imports import cram as cram_import  # noqa: E402
+from charpin_runner.pins.imports.common import run_import  # noqa: E402
 from charpin_runner.pins.model import Case, Pin  # noqa: E402
 from charpin_runner.pins.record import record_case  # noqa: E402
 from charpin_runner.pins.replay import replay  # noqa: E402
+from charpin_runner.pins.store import load_pins  # noqa: E402
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 
@@ -100,8 +105,10 @@ def build_prysk(repo: Path, pins: list[Pin], folder: Path) -> None:
         stdin = folder / f"{case.id}.stdin"
         stdin.write_bytes(case.stdin)
         argv = " ".join(_cram_quote(a) for a in case.argv[1:])
-        lines = [f"  $ python3 {repo / case.argv[0]} {argv} < {stdin} 2>&1"]
-        # prysk merges the two streams into one; stdout is written first by this CLI.
+        # prysk merges the two streams into one; stdout is written first by this CLI only when
+        # Python does not buffer it, so the test says so itself instead of relying on the
+        # caller's environment (imported pins do not inherit it).
+        lines = [f"  $ PYTHONUNBUFFERED=1 python3 {repo / case.argv[0]} {argv} < {stdin} 2>&1"]
         merged = golden.stdout.decode() + golden.stderr.decode()
         lines += [f"  {line}" for line in merged.splitlines()]
         if golden.exit_code:
@@ -117,6 +124,24 @@ def prysk(folder: Path) -> float:
     elapsed = time.perf_counter() - start
     assert done.returncode == 0, done.stdout.decode()[-2000:]
     return elapsed
+
+
+def import_cram(repo: Path, folder: Path, jobs: int) -> float:
+    """`charpin import cram --dialect prysk` of every .t file: verify, write, replay from disk."""
+    (repo / "pins.jsonl").unlink(missing_ok=True)
+    files = sorted(folder.glob("*.t"))
+    start = time.perf_counter()
+    plan = cram_import.plan(repo, PinsConfig(), files, "prysk")
+    result = run_import(repo, PinsConfig(), plan, jobs)
+    elapsed = time.perf_counter() - start
+    assert len(result.imported) == len(files), result.skipped[:3]
+    return elapsed
+
+
+def replay_imported(repo: Path, jobs: int) -> float:
+    """Replay the imported pins as `charpin pins check` reads them."""
+    pins = load_pins(repo, PinsConfig()).all
+    return charpin(repo, pins, jobs)
 
 
 def _cpu() -> float:
@@ -153,12 +178,17 @@ def main() -> int:
             pins = [
                 Pin(c, record_case(session, c, check_stability=False).observation) for c in cases
             ]
-        build_prysk(repo, pins, Path(tmp) / "t")
+        # The .t files live in the repository: imported pins must replay from any checkout.
+        folder = repo / "t"
+        build_prysk(repo, pins, folder)
         count = len(pins)
         t_bare = _timed("bare", lambda: bare(repo, cases))
         t_one = _timed("charpin jobs=1", lambda: charpin(repo, pins, 1))
         t_two = _timed("charpin jobs=2", lambda: charpin(repo, pins, 2))
-        t_prysk = _timed("prysk", lambda: prysk(Path(tmp) / "t"))
+        t_prysk = _timed("prysk", lambda: prysk(folder))
+        t_import = _timed("import", lambda: import_cram(repo, folder, 2))
+        t_imp1 = _timed("imported jobs=1", lambda: replay_imported(repo, 1))
+        t_imp2 = _timed("imported jobs=2", lambda: replay_imported(repo, 2))
     overhead = (t_one - t_bare) / count * 1000
     cpu_overhead = (CPU["charpin jobs=1"] - CPU["bare"]) / count * 1000
     rows = [
@@ -182,6 +212,24 @@ def main() -> int:
             f"charpin jobs=1 is {t_prysk / t_one:.2f}x, jobs=2 is {t_prysk / t_two:.2f}x "
             "prysk's speed (target >= 1)",
         ),
+        (
+            f"charpin import cram of the {count} .t files (verify, write, replay), jobs=2",
+            t_import,
+            "import",
+            f"{t_prysk / t_import:.2f}x prysk's speed (two runs of each case; target >= 1)",
+        ),
+        (
+            "imported cram pins replayed, jobs=1",
+            t_imp1,
+            "imported jobs=1",
+            f"{t_prysk / t_imp1:.2f}x prysk's speed",
+        ),
+        (
+            "imported cram pins replayed, jobs=2",
+            t_imp2,
+            "imported jobs=2",
+            f"{t_prysk / t_imp2:.2f}x prysk's speed (target >= 1)",
+        ),
     ]
     print(
         f"{count} pins, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, best of {ROUNDS}\n"
@@ -196,6 +244,8 @@ def main() -> int:
         "cpu_overhead_ms": round(cpu_overhead, 2),
         "speedup": round(t_one / t_two, 2),
         "vs_prysk": round(t_prysk / t_two, 2),
+        "import_vs_prysk": round(t_prysk / t_import, 2),
+        "imported_replay_vs_prysk": round(t_prysk / t_imp2, 2),
     }
     print(json.dumps(summary), file=sys.stderr)
     return 0

@@ -244,11 +244,12 @@ def test_module_and_console_script_targets_in_a_src_layout(tmp_path: Path, decoy
     done = _charpin(repo, decoy, *record, "script-gbp", "--", "invoicer", "--currency", "GBP")
     assert done.returncode == 0, done.stdout + done.stderr
     assert _inventory(repo, decoy)["invoicer"] == "yes"
-    # A case folder names the module in target.txt the same way.
+    # A case folder names the module in target.txt the same way; argv.json is the whole
+    # process vector, the program's own name first.
     case = repo / "cases" / "m-help"
     case.mkdir(parents=True)
     (case / "target.txt").write_text("-m invoicer\n")
-    (case / "argv.json").write_text('["--help"]\n')
+    (case / "argv.json").write_text('["invoicer", "--help"]\n')
     done = _charpin(repo, decoy, "pins", "record")
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -261,8 +262,8 @@ def test_module_and_console_script_targets_in_a_src_layout(tmp_path: Path, decoy
     assert pins["script-gbp"]["argv"] == ["invoicer", "--currency", "GBP"]
     assert pins["script-gbp"]["stdout"].endswith("TOTAL GBP 30.14\n")
     golden = json.loads((repo / "goldens" / "m-help.json").read_text())
-    # argparse's prog is what `python -m invoicer` shows.
-    assert golden["stdout"].startswith("usage: __main__.py [-h] [--currency CURRENCY]")
+    # argparse's prog is the name argv.json gives the program (sys.argv[0]).
+    assert golden["stdout"].startswith("usage: invoicer [-h] [--currency CURRENCY]")
 
     done = _charpin(repo, decoy, "pins", "check", "--prove")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -356,16 +357,28 @@ def test_a_crash_golden_from_before_is_a_warning_in_check_and_a_failure_of_prove
     assert "prove: FAILED, 1 golden(s) record an import crash, not the program" in done.stdout
 
 
-def test_a_missing_dependency_is_recorded_with_a_warning(tmp_path: Path, decoy: Path) -> None:
+def test_a_missing_dependency_is_refused_unless_the_pin_expects_that_crash(
+    tmp_path: Path, decoy: Path
+) -> None:
     files = dict(INVOICER)
     files["src/invoicer/pdf.py"] = "import reportlab_not_installed\n"
     repo = make_repo(tmp_path / "invoicer", files)
-    done = _charpin(repo, decoy, "pins", "record", "--id", "pdf", "--", "-m", "invoicer.pdf")
-    assert done.returncode == 0, done.stdout + done.stderr
+    record = ("pins", "record", "--id", "pdf")
+    done = _charpin(repo, decoy, *record, "--", "-m", "invoicer.pdf")
+    assert done.returncode == 2, done.stdout + done.stderr
     assert (
-        'warning: pin pdf records a crash, not the program: "ModuleNotFoundError: No module '
+        'refused: pin pdf records a crash, not the program: "ModuleNotFoundError: No module '
         "named 'reportlab_not_installed'\"; reportlab_not_installed is not in the repository"
     ) in done.stderr
+    assert "record it with --expect-crash" in done.stderr
+    assert not (repo / "pins.jsonl").exists()
+    # Pinning "without the PDF extra this fails" is a choice the pin states.
+    done = _charpin(repo, decoy, *record, "--expect-crash", "--", "-m", "invoicer.pdf")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _pins(repo)["pdf"]["expect_crash"] is True
+    done = _charpin(repo, decoy, "pins", "check", "--prove")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "records a crash" not in done.stdout + done.stderr
 
 
 def test_a_pythonpath_outside_the_repository_is_a_configuration_error(

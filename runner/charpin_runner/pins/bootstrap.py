@@ -4,7 +4,8 @@ BOOTSTRAP is written to the session's temp folder and run as `python BOOTSTRAP S
 (or `python BOOTSTRAP -m MODULE ARGS...`, run as `python -m MODULE` runs it, or
 `python BOOTSTRAP --entry MODULE:ATTR NAME ARGS...`, a console script as its installed wrapper
 runs it; tracebacks then leave out runpy's and the bootstrap's frames, which name files of the
-interpreter that differ between boxes).
+interpreter that differ between boxes). `--argv0 NAME` first gives a script or module NAME as
+sys.argv[0] (a case folder's argv.json[0]) instead of its path.
 It wraps os.environ (and so os.getenv, `in`, .get) and os.environb in a recording subclass, runs
 the script as __main__ with the sys.argv and sys.path[0] plain `python SCRIPT` would give, and
 writes the sorted key set to the file named by CHARPIN_ENV_READS, a variable it removes before
@@ -27,6 +28,10 @@ ENV_VAR = "CHARPIN_ENV_READS"
 BOOTSTRAP = r"""
 import os, sys
 _out = os.environ.pop("CHARPIN_ENV_READS", None)
+_argv0 = None
+if sys.argv[1:2] == ["--argv0"]:
+    _argv0 = sys.argv[2]
+    del sys.argv[1:3]
 _reads = set()
 _Env = type(os.environ)
 _LIB = os.path.dirname(getattr(os, "__file__", None) or "")
@@ -75,6 +80,8 @@ def _main():
     import atexit
     script = sys.argv[1]
     del sys.argv[0]
+    if _argv0 is not None:
+        sys.argv[0] = _argv0
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     atexit.register(_flush)
     with open(script, "rb") as handle:
@@ -141,7 +148,7 @@ def _run_module():
     # `python -m MODULE ARGS...`: sys.argv[0] and sys.path[0] as Python sets them for -m.
     import atexit, runpy
     name = sys.argv[2]
-    sys.argv[:] = ["-m"] + sys.argv[3:]
+    sys.argv[:] = ["-m" if _argv0 is None else _argv0] + sys.argv[3:]
     sys.path[0] = os.getcwd()
     atexit.register(_flush)
     _fresh_main()
@@ -149,7 +156,8 @@ def _run_module():
     try:
         run = getattr(runpy, "_run_module_as_main", None)
         if run is not None:
-            run(name)
+            # alter_argv=False still finds MODULE as -m does, but leaves sys.argv[0] as given.
+            run(name, _argv0 is None)
         else:
             runpy.run_module(name, run_name="__main__", alter_sys=True)
     except SystemExit as exc:

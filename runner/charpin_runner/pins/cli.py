@@ -1,14 +1,18 @@
-"""CLI glue for `charpin pins record|check|cover`. Runs on any box; stdlib only. May print.
+"""CLI glue for `charpin pins record|check|cover|migrate`. Runs on any box; stdlib only. May print.
 
 Exit codes: check 0 green, 2 drift (or --prove found a blind spot), 64 usage or configuration
 (no pins), 8 a corrupt pins file. record 0 written, 2 an unstable pin was refused, 64 refused to
-overwrite a golden without --update, --update while CI is set, or an unknown id. cover 0, 64
-without coverage.py or for a --file/--entry that is not a repository file.
+overwrite a golden without --update, --update while CI is set, an unknown id, or no pins at all.
+cover 0, 64 without coverage.py or for a --file/--entry that is not a repository file.
+record also exits 2 for a crash the pin does not expect (crash.py). migrate 0, 64 for an unknown
+or already migrated folder name, 8 for an unreadable golden.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -27,7 +31,7 @@ from charpin_runner.errors import (
     UsageError,
 )
 from charpin_runner.pins import compare as cmp
-from charpin_runner.pins.crash import crashed_goldens, pythonpath_rels
+from charpin_runner.pins.crash import crashed_goldens, pythonpath_rels, unexpected_crashes
 from charpin_runner.pins.execute import Session, reaping
 from charpin_runner.pins.model import Case, Pin, check_id
 from charpin_runner.pins.prove import prove, weak_pins
@@ -40,17 +44,22 @@ from charpin_runner.pins.replay import (
     write_actual,
 )
 from charpin_runner.pins.store import (
+    CASE_FORMAT,
     PinSet,
     check_rel,
     load_pins,
+    migrate_folders,
+    program_name,
     require_pins,
+    save_case_folder,
+    target_words,
 )
 
 _ALL = "*"
 
 
 def add_parsers(sub: Any) -> None:
-    """Register `charpin pins` with its record, check and cover subcommands."""
+    """Register `charpin pins` with its record, check, cover and migrate subcommands."""
     parser = sub.add_parser("pins", help="record, replay and cover characterization pins")
     pins_sub = parser.add_subparsers(dest="pins_command", metavar="SUBCOMMAND")
     parser.set_defaults(handler=lambda _args: _usage(parser))
@@ -70,7 +79,9 @@ def add_parsers(sub: Any) -> None:
         metavar="ID",
         help="re-record existing goldens (all, or the pin ID; repeatable); refused when CI is set",
     )
-    rec.add_argument("--id", dest="pin_id", help="add a new pins.jsonl pin with this id")
+    rec.add_argument(
+        "--id", dest="pin_id", help="add a new pins.jsonl pin (a case folder with --folder)"
+    )
     rec.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="env of the new pin"
     )
@@ -78,9 +89,37 @@ def add_parsers(sub: Any) -> None:
     rec.add_argument("--cwd-rel", default=".", help="cwd of the new pin, inside its work folder")
     rec.add_argument("--fixtures", default=None, help="repo folder copied as the work folder")
     rec.add_argument(
+        "--folder",
+        action="store_true",
+        help="write the new pin as a case folder <cases>/<id>/ (argv.json: the program's name, "
+        "then its arguments) instead of a pins.jsonl line",
+    )
+    rec.add_argument(
+        "--expect-crash",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the pin of --id or --update ID records a crash on purpose (an uncaught exception "
+        "or a signal), which record otherwise refuses; --no-expect-crash takes that back",
+    )
+    rec.add_argument(
         "command", nargs="*", help="after --: the script (*.py) or command and its args"
     )
     rec.set_defaults(handler=_record)
+
+    mig = pins_sub.add_parser(
+        "migrate",
+        help="rewrite case folders whose argv.json holds only the arguments (older charpin) "
+        "as whole process vectors",
+    )
+    mig.add_argument("--repo", default=".", help="repository root (default: .)")
+    mig.add_argument("--config-json", default=None, help="resolved [tool.charpin] as JSON")
+    mig.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="these case folders (default: every folder whose golden an older charpin recorded)",
+    )
+    mig.set_defaults(handler=_migrate)
 
     chk = pins_sub.add_parser("check", help="replay every pin; exit 0 green, 2 drift")
     common(chk)
@@ -122,7 +161,7 @@ def add_parsers(sub: Any) -> None:
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
-    raise UsageError("charpin pins: choose a subcommand: record, check or cover")
+    raise UsageError("charpin pins: choose a subcommand: record, check, cover or migrate")
 
 
 def _load(args: argparse.Namespace) -> tuple[Path, PinsConfig]:
@@ -147,8 +186,6 @@ def _check(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"unknown pin id {', '.join(unknown)}; see the ids in {config.file}")
         pins = [p for p in pins if p.case.id in set(args.ids)]
-    if not pins:
-        raise UsageError(f"{config.file} holds no pins; record some with `charpin pins record`")
     actual_root = _actual_root(repo, config)
     notes: list[str] = []
     with reaping(), Session(repo, config) as session:
@@ -173,11 +210,13 @@ def _check(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class _CrashNote:
-    """A golden that records an import crash (crash.py): the warning, and whether `--prove`
-    fails on it (green, and the module it could not import is the repository's own)."""
+    """A golden that records a crash (crash.py): the warning, and whether `--prove` fails on it
+    (green, and an import crash of the repository's own code, or a crash the pin does not
+    expect: kind "import" or "unexpected")."""
 
     text: str
     blind: bool
+    kind: str = "import"
 
 
 def _crashes(repo: Path, outcomes: list[Outcome], pythonpath: list[str]) -> list[_CrashNote]:
@@ -195,18 +234,38 @@ def _crashes(repo: Path, outcomes: list[Outcome], pythonpath: list[str]) -> list
                 f"longer replays that way; check the new output, then {update}"
             )
             found.append(_CrashNote(text, blind=False))
+    for pin, fatal in unexpected_crashes(repo, [o.pin for o in outcomes]):
+        pin_id = pin.case.id
+        head = f"pin {pin_id}'s golden records a crash the pin does not expect (it {fatal.what})"
+        if pin_id in green:
+            text = (
+                f"{head}; if that crash is the behaviour to pin, `charpin pins record --update "
+                f"{pin_id} --expect-crash`, else fix it and `charpin pins record --update {pin_id}`"
+            )
+        else:
+            text = (
+                f"{head}, and it no longer replays that way; check the new output, then "
+                f"`charpin pins record --update {pin_id}`"
+            )
+        found.append(_CrashNote(text, blind=pin_id in green, kind="unexpected"))
     return found
 
 
 def _prove_not_crashes(crashes: list[_CrashNote]) -> int:
-    """A green golden of the repository's own code failing to import proves nothing: fail."""
-    blind = [note.text for note in crashes if note.blind]
-    for text in blind:
-        print(f"prove: {text}")
-    if blind:
-        print(f"prove: FAILED, {len(blind)} golden(s) record an import crash, not the program")
-        return EXIT_DRIFT
-    return EXIT_CLEAN
+    """A green golden of the repository's own code failing to import proves nothing, and one of
+    a crash nobody said was expected is not a proven behaviour: fail on both."""
+    status = EXIT_CLEAN
+    for kind, what in (
+        ("import", "an import crash, not the program"),
+        ("unexpected", "a crash the pin does not expect (no expect_crash)"),
+    ):
+        blind = [note.text for note in crashes if note.blind and note.kind == kind]
+        for text in blind:
+            print(f"prove: {text}")
+        if blind:
+            print(f"prove: FAILED, {len(blind)} golden(s) record {what}")
+            status = EXIT_DRIFT
+    return status
 
 
 _MARKER = ".charpin-pins-actual"
@@ -315,7 +374,7 @@ def _new_case(args: argparse.Namespace, config: PinsConfig) -> Optional[Case]:
         pin_id = check_id(args.pin_id, "--id")
     except CharpinError as exc:
         raise UsageError(str(exc)) from None
-    return Case(
+    case = Case(
         id=pin_id,
         argv=tuple(args.command),
         env=_parse_env(args.env),
@@ -324,6 +383,16 @@ def _new_case(args: argparse.Namespace, config: PinsConfig) -> Optional[Case]:
         fixtures=fixtures,
         origin=config.file,
     )
+    if not args.folder:
+        return case
+    if cwd_rel != ".":
+        raise UsageError("--cwd-rel is not for --folder: a case folder runs in its work/")
+    # The recipe's layout: argv.json is the process vector, the target's name first.
+    name = program_name(case.argv[: target_words(case.argv)])
+    origin = f"{config.cases.rstrip('/')}/{pin_id}"
+    if fixtures is None and (Path(args.repo) / origin / "work").is_dir():
+        fixtures = f"{origin}/work"  # re-recording a folder: its own work/ stays its cwd
+    return dataclasses.replace(case, origin=origin, argv0=name, fixtures=fixtures)
 
 
 def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> list[Pin]:
@@ -351,8 +420,9 @@ def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> l
             raise UsageError(
                 f"pin {new.id} already has a golden; pass --update {new.id} to replace it"
             )
-        if old is not None and old.case.origin != new.origin:
-            raise UsageError(f"pin {new.id} is a case folder ({old.case.origin}); pick another id")
+        if old is not None and (old in pin_set.folders) != bool(args.folder):
+            kind = "a case folder" if old in pin_set.folders else "a pins.jsonl pin"
+            raise UsageError(f"pin {new.id} is {kind} ({old.case.origin}); pick another id")
         wanted = [p for p in wanted if p.case.id != new.id]
         wanted.append(Pin(new, old.golden if old else None))
     for pin in pin_set.all:
@@ -362,33 +432,88 @@ def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> l
     return wanted
 
 
+def _expecting(args: argparse.Namespace, wanted: list[Pin], new: Optional[Case]) -> list[Pin]:
+    """--expect-crash / --no-expect-crash on the pins it names: --id's, or --update ID's."""
+    flag: Optional[bool] = args.expect_crash
+    if flag is None:
+        return wanted
+    named = {u for u in args.update or [] if u != _ALL} | ({new.id} if new is not None else set())
+    if not named:
+        raise UsageError(
+            "--expect-crash is said of one pin: name it with --id NAME (a new pin) or "
+            "--update ID (a recorded or pending one)"
+        )
+    return [
+        Pin(dataclasses.replace(p.case, expect_crash=flag), p.golden) if p.case.id in named else p
+        for p in wanted
+    ]
+
+
 def _record(args: argparse.Namespace) -> int:
     repo, config = _load(args)
     pin_set = load_pins(repo, config)
     new = _new_case(args, config)
-    wanted = _select(args, pin_set, new)
+    wanted = _expecting(args, _select(args, pin_set, new), new)
     if not wanted:
         require_pins(pin_set, config)
         print("pins: nothing to record (every pin has a golden; use --update [ID] to re-record)")
         return EXIT_CLEAN
+
+    def say(pin: Pin, recorded: Recorded) -> None:
+        _say_recorded(pin, recorded, config.diff_lines)
+
     with reaping(), Session(repo, config) as session:
-        batch = record_pins(session, wanted, jobs_for(config, args.jobs), _say_recorded)
+        batch = record_pins(session, wanted, jobs_for(config, args.jobs), say)
     if batch.unexplained:
         print(f"warning: {unexplained_note(batch.unexplained)}", file=sys.stderr)
-    save_recordings(pin_set, new, batch.recorded)
+    if new is not None and args.folder:
+        got = batch.recorded.pop(new.id, None)
+        if got is not None:
+            save_case_folder(repo, config, got.case, got.observation)
+        save_recordings(pin_set, None, batch.recorded)
+    else:
+        save_recordings(pin_set, new, batch.recorded)
     for reason in batch.refused:
         print(f"refused: {reason}", file=sys.stderr)
     return EXIT_DRIFT if batch.refused else EXIT_CLEAN
 
 
-def _say_recorded(pin: Pin, recorded: Recorded) -> None:
+def _say_recorded(pin: Pin, recorded: Recorded, cap: int) -> None:
     if pin.golden is None:
         print(f"recorded {pin.case.id}")
+    elif what := changes(pin.golden, recorded.observation):
+        # The categories, then the old golden against the new one (capped like check's diffs).
+        print(f"updated {pin.case.id}: {', '.join(what)}")
+        for line in cmp.describe(pin.golden, recorded.observation, cap):
+            print(f"  {line}")
     else:
-        what = changes(pin.golden, recorded.observation)
-        print(f"updated {pin.case.id}: {', '.join(what) if what else 'unchanged'}")
+        print(f"{pin.case.id}: unchanged (the golden already matches)")
     if recorded.warning is not None:
         print(f"warning: {recorded.warning}", file=sys.stderr)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """`charpin pins migrate [NAME...]`: case folders of the arguments-only layout, rewritten."""
+    repo, config = _load(args)
+    done, notes = migrate_folders(repo, config, list(args.names))
+    for item in done:
+        marked = f"; {item.golden} marked case_format {CASE_FORMAT}" if item.golden else ""
+        before, after = (json.dumps(x, ensure_ascii=False) for x in (item.before, item.after))
+        print(f"migrated {item.label}: argv.json {before} -> {after}{marked}")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if not done:
+        print(
+            "pins migrate: nothing to migrate (no case folder has a golden recorded in the "
+            "arguments-only layout; name a folder without one to rewrite it)"
+        )
+        return EXIT_CLEAN
+    print(
+        f"pins migrate: {len(done)} case folder(s) rewritten as whole process vectors; each "
+        "program keeps the name it ran under ($REPO/ is the checkout), so `charpin pins check` "
+        "replays them as before"
+    )
+    return EXIT_CLEAN
 
 
 def _cover(args: argparse.Namespace) -> int:

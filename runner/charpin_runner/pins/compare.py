@@ -1,11 +1,14 @@
 """Compare a golden observation with a replay, byte for byte, and classify the drift. Stdlib only.
 
-Nothing is decoded on the comparison path; text is decoded only to render diffs.
+Nothing is decoded on the comparison path; text is decoded only to render diffs. A hash-only
+golden stream (Observation.hashed, an imported golden that kept only a sha256) is compared by the
+digest of the actual stream, and its drift detail says there is no text to diff.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from typing import Callable, Optional
 
@@ -73,6 +76,10 @@ def compare(golden: Observation, actual: Observation, modes: bool = True) -> lis
         (STDOUT, golden.stdout, actual.stdout),
         (STDERR, golden.stderr, actual.stderr),
     ):
+        if name in golden.hashed:
+            if _digest(got) != want:
+                found.add(name)
+            continue
         kind = _stream_class(want, got, name)
         if kind is not None:
             found.add(kind)
@@ -90,6 +97,11 @@ def compare(golden: Observation, actual: Observation, modes: bool = True) -> lis
     return [name for name in PRIORITY if name in found]
 
 
+def _digest(data: bytes) -> bytes:
+    """The sha256 hex digest a hash-only golden stream holds, as ASCII bytes."""
+    return hashlib.sha256(data).hexdigest().encode("ascii")
+
+
 def _lines(data: bytes) -> list[str]:
     text = data.decode("utf-8", "backslashreplace")
     lines = text.splitlines(keepends=True)
@@ -99,8 +111,39 @@ def _lines(data: bytes) -> list[str]:
     return lines
 
 
+# Trailing whitespace on a changed line is shown, as `git diff --ws-error-highlight=all` shows
+# it, with the Unicode control pictures: a diff that only adds a space must not look empty.
+_PICTURES = {" ": "\u2420", "\t": "\u2409", "\r": "\u240d", "\x0b": "\u240b", "\x0c": "\u240c"}
+WHITESPACE_LEGEND = (
+    "(trailing whitespace shown as \u2420 space, \u2409 tab, \u240d carriage return)"
+)
+
+
+def mark_trailing(line: str) -> str:
+    """A diff line (tag first) with the trailing whitespace of its text spelled visibly."""
+    body = line[:1] + line[1:].rstrip()
+    if body == line:
+        return line
+    return body + "".join(_PICTURES.get(c, f"\\u{ord(c):04x}") for c in line[len(body) :])
+
+
+def mark_changed_lines(lines: list[str]) -> list[str]:
+    """A unified diff's lines with trailing whitespace made visible on removed and added lines
+    (not on context lines or the ---/+++ headers before the first hunk), and a legend line
+    after them when any was."""
+    out = []
+    in_hunks = False
+    for line in lines:
+        in_hunks = in_hunks or line.startswith("@@")
+        out.append(mark_trailing(line) if in_hunks and line[:1] in ("-", "+") else line)
+    if out != lines:
+        out.append(WHITESPACE_LEGEND)
+    return out
+
+
 def unified(golden: bytes, actual: bytes, label: str, cap: int) -> list[str]:
-    """A unified diff of two byte streams, capped at cap lines."""
+    """A unified diff of two byte streams, capped at cap lines; trailing whitespace on changed
+    lines made visible, and a missing final newline said as diff(1) says it."""
     out = []
     for line in difflib.unified_diff(
         _lines(golden), _lines(actual), f"golden/{label}", f"actual/{label}"
@@ -109,7 +152,7 @@ def unified(golden: bytes, actual: bytes, label: str, cap: int) -> list[str]:
     if len(out) > cap:
         hidden = len(out) - cap
         out = [*out[:cap], f"... {hidden} more diff lines (see the actual outputs folder)"]
-    return out
+    return mark_changed_lines(out)
 
 
 def describe(golden: Observation, actual: Observation, cap: int) -> list[str]:
@@ -121,7 +164,15 @@ def describe(golden: Observation, actual: Observation, cap: int) -> list[str]:
         ("stdout", golden.stdout, actual.stdout),
         ("stderr", golden.stderr, actual.stderr),
     ):
-        if want != got:
+        if label in golden.hashed:
+            digest = _digest(got)
+            if digest != want:
+                lines.append(
+                    f"{label}: hash-only golden: no text to diff (golden sha256 "
+                    f"{want.decode('ascii')[:12]}, actual {digest.decode('ascii')[:12]}, "
+                    f"{len(got)} bytes; see the actual outputs folder)"
+                )
+        elif want != got:
             lines.extend(unified(want, got, label, cap))
     added = sorted(set(actual.files) - set(golden.files))
     missing = sorted(set(golden.files) - set(actual.files))

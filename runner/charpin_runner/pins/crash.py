@@ -1,16 +1,24 @@
-"""Goldens that are an import crash: the program never ran, so the pin pins nothing. Stdlib only.
+"""Goldens that are a crash, not the program's behaviour. Stdlib only.
 
-A target that exits non-zero with `No module named 'pkg'` on stderr did not run the program. When
-`pkg` is in the repository, the pins' Python could not import the repository's own code (a
-`pythonpath` problem) and such a recording is refused; when it is not, the pins' Python lacks a
-dependency, which `record` warns about. `check` warns about such goldens recorded earlier, and
+Import crashes: a target that exits non-zero with `No module named 'pkg'` on stderr did not run
+the program. When `pkg` is in the repository, the pins' Python could not import the repository's
+own code (a `pythonpath` problem) and such a recording is always refused; when it is not, the
+pins' Python lacks a dependency. `check` warns about such goldens recorded earlier, and
 `check --prove` fails on those of repository packages (they stay green after any edit).
+
+Fatal crashes (find_fatal): an uncaught Python exception (a `Traceback (most recent call last):`
+line on stderr and exit 1) or death by a signal (a negative exit code). `record` refuses both,
+and a dependency's import crash, unless the pin expects a crash (Case.expect_crash: pins.jsonl's
+`expect_crash`, a case folder's expect.json, `record --expect-crash`); a pin that expects one and
+does not crash is refused too. `check` warns about crash goldens recorded without the
+expectation (before record refused them) and `check --prove` fails on them.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -33,10 +41,68 @@ _SKIP = frozenset(
 _DEPTH = 2
 
 
-class ImportCrashError(CharpinError):
-    """A recording of the repository's own code failing to import; it is refused."""
+# `python -m pkg` where pkg has no __main__.py (seen pinning more-itertools).
+_NO_MAIN = re.compile(rb"is a package and cannot be directly executed$")
+# The line an uncaught exception's traceback starts with (also each chained one's).
+_TRACEBACK = b"Traceback (most recent call last):"
+
+
+class CrashError(CharpinError):
+    """A recording of a crash the pin does not expect (or no crash where it expects one)."""
 
     exit_code = EXIT_DRIFT
+
+
+class ImportCrashError(CrashError):
+    """A recording of the repository's own code failing to import; it is refused."""
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """A run that died: an uncaught Python exception or a signal."""
+
+    exit_code: int
+    # The exception's line (`ValueError: bad row`), or `killed by SIGSEGV`.
+    line: str
+
+    @property
+    def what(self) -> str:
+        if self.exit_code < 0:
+            return f"was {self.line} (exit {self.exit_code})"
+        return f"crashed with an uncaught exception (exit {self.exit_code}): {self.line!r}"
+
+    def message(self, pin_id: str) -> str:
+        """One line: what happened, then the fix."""
+        return (
+            f"pin {pin_id} {self.what}, so its golden would pin the crash, not the program; fix "
+            "the program, its argv or environment, or if that crash is the behaviour to pin, "
+            "record it with --expect-crash (expect_crash: true)"
+        )
+
+
+def find_fatal(obs: Observation) -> Optional[Fatal]:
+    """The fatal crash obs records: a signal, or exit 1 with a traceback on stderr."""
+    if obs.exit_code < 0:
+        try:
+            name = signal.Signals(-obs.exit_code).name
+        except ValueError:
+            name = f"signal {-obs.exit_code}"
+        return Fatal(obs.exit_code, f"killed by {name}")
+    if obs.exit_code != 1:
+        return None
+    lines = obs.stderr.splitlines()
+    if lines and _NO_MAIN.search(lines[-1]):
+        # `-m pkg` of a package without __main__.py: nothing of the program ran.
+        return Fatal(obs.exit_code, lines[-1].decode("utf-8", "replace").strip())
+    starts = [i for i, line in enumerate(lines) if line.rstrip() == _TRACEBACK]
+    if not starts:
+        return None
+    # The traceback's last line: the exception, the first line after the last header that is
+    # not a frame (`  File ...`, the source line, the carets: all indented).
+    after = lines[starts[-1] + 1 :]
+    found = next((x for x in after if x.strip() and not x[:1].isspace()), None)
+    line = "(no exception line)" if found is None else found.decode("utf-8", "replace").strip()
+    return Fatal(obs.exit_code, line)
 
 
 @dataclass(frozen=True)
@@ -134,12 +200,27 @@ def pythonpath_rels(repo: Path, dirs: list[str]) -> list[str]:
     return out
 
 
+def unexpected_crashes(repo: Path, pins: list[Pin]) -> list[tuple[Pin, Fatal]]:
+    """Pins whose golden is a fatal crash the pin does not expect (recorded before `record`
+    refused them), in pin order; import crashes are crashed_goldens' to report."""
+    found = []
+    for pin in pins:
+        if pin.golden is None or pin.case.expect_crash:
+            continue
+        fatal = find_fatal(pin.golden)
+        if fatal is not None and find_crash(repo, pin.golden) is None:
+            found.append((pin, fatal))
+    return found
+
+
 def crashed_goldens(repo: Path, pins: list[Pin]) -> list[tuple[Pin, ImportCrash]]:
     """Pins whose golden is an import crash, in pin order."""
     found = []
     for pin in pins:
         if pin.golden is not None:
             crash = find_crash(repo, pin.golden)
-            if crash is not None:
+            # A missing dependency can be the behaviour to pin; the repository's own code
+            # failing to import never is (that golden stays green whatever the code does).
+            if crash is not None and not (pin.case.expect_crash and crash.root is None):
                 found.append((pin, crash))
     return found

@@ -327,10 +327,11 @@ def _run_in(
 ) -> Run:
     """One replay in an empty sandbox: prepare it, spawn the target, observe what it did."""
     launch = _prepare(session, case, perturbation, sandbox, prefix)
-    ended = _spawn(session, launch, case.stdin, config.timeout)
+    ended = _spawn(session, launch, case.stdin, config.timeout, case.merge_stderr)
     if ended.start_error is not None:
         empty = Observation(exit_code=-1, stdout=b"", stderr=b"")
-        return Run(empty, {}, [], error=f"cannot start {launch.argv[0]}: {ended.start_error}")
+        started = launch.executable or launch.argv[0]
+        return Run(empty, {}, [], error=f"cannot start {started}: {ended.start_error}")
     return _observe(session, launch, ended, config)
 
 
@@ -345,6 +346,8 @@ class _Launch:
     # The bootstrap's env-reads file; None when the target is not a Python script.
     env_reads: Optional[Path]
     argv: list[str]
+    # What to execute when argv[0] is the program's own name and not the file (targets.Start).
+    executable: Optional[str]
     env: dict[str, str]
     umask: int
     skip: frozenset[str]
@@ -375,7 +378,8 @@ def _prepare(
         cwd.mkdir(parents=True, exist_ok=True)
     out_dir = work / session.config.output
     side = sandbox / "env-reads"
-    argv, records_env = session.command(case, prefix)
+    how = session.start(case, prefix)
+    argv, records_env = how.argv, how.records_env
     env = session.base_env(sandbox)
     env.update(case.env)
     if perturbation is not None:
@@ -397,6 +401,7 @@ def _prepare(
         out_dir=out_dir,
         env_reads=side if records_env else None,
         argv=argv,
+        executable=how.executable,
         env=env,
         umask=umask,
         skip=skip,
@@ -497,9 +502,13 @@ class _Ended:
     start_error: Optional[str] = None
 
 
-def _spawn(session: Session, launch: _Launch, stdin: bytes, timeout: float) -> _Ended:
+def _spawn(
+    session: Session, launch: _Launch, stdin: bytes, timeout: float, merge: bool = False
+) -> _Ended:
     """Run the target under its own supervisor (reaper.py) and collect what it wrote.
 
+    merge (Case.merge_stderr): the supervisor, and so the target, gets one pipe as both stdout
+    and stderr, the way cram and trycmd run a command (stderr=STDOUT); stderr then reads empty.
     Returns only when the supervisor has exited, i.e. after the target and everything it started
     were killed, or after this process killed what it could itself (see _clean_up)."""
     # The target cannot reopen a socket through /proc, as it could a pipe (see reaper.py).
@@ -511,7 +520,7 @@ def _spawn(session: Session, launch: _Launch, stdin: bytes, timeout: float) -> _
                 session.wrap(argv, str(session.dir)) if session.wrap is not None else argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                 cwd=str(session.dir),
                 env=session.supervisor_env,
                 start_new_session=True,
@@ -527,7 +536,8 @@ def _spawn(session: Session, launch: _Launch, stdin: bytes, timeout: float) -> _
     try:
         try:
             # The supervisor reads the spec before anything else.
-            channel.sendall(reaper.encode_spec(str(launch.cwd), launch.argv, launch.env))
+            spec = reaper.encode_spec(str(launch.cwd), launch.argv, launch.env, launch.executable)
+            channel.sendall(spec)
             channel.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the supervisor died; the status it never wrote says so below
@@ -550,15 +560,13 @@ def _exchange(
 
     At the timeout, or as soon as a stream is over STREAM_LIMIT, the supervisor is told to kill
     the target; if it has not finished within _STOP_BOUND it is killed itself."""
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    assert proc.stdin is not None and proc.stdout is not None
     out = _Capture("stdout", STREAM_LIMIT)
     err = _Capture("stderr", STREAM_LIMIT)
     status = bytearray()
-    sinks: dict[int, Optional[_Capture]] = {
-        proc.stdout.fileno(): out,
-        proc.stderr.fileno(): err,
-        status_fd: None,
-    }
+    sinks: dict[int, Optional[_Capture]] = {proc.stdout.fileno(): out, status_fd: None}
+    if proc.stderr is not None:  # None when stderr is merged into stdout
+        sinks[proc.stderr.fileno()] = err
     pending = memoryview(stdin)
     stdin_fd = proc.stdin.fileno()
     timed_out = False

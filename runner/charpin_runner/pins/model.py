@@ -29,6 +29,14 @@ class Case:
     # Repo-relative folder copied as the fresh work folder (a case folder's work/).
     fixtures: Optional[str] = None
     origin: str = ""
+    # The program's own name, sys.argv[0] as it sees it (a case folder's argv.json[0]); None:
+    # as its target starts it (a script's path, a module's file, a console script's name).
+    argv0: Optional[str] = None
+    # The pin records a crash on purpose (an uncaught exception or a signal): crash.py.
+    expect_crash: bool = False
+    # stderr goes into the stdout pipe, as cram, prysk and trycmd's `.trycmd` cases run their
+    # commands (one interleaved stream); the golden's stderr is then empty (imports/).
+    merge_stderr: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,10 @@ class Observation:
     # Sorted env keys a Python target read; None for other commands (not observable).
     env_read: Optional[list[str]] = None
     norm_counts: dict[str, int] = field(default_factory=dict)
+    # Streams ("stdout", "stderr") of a hash-only golden (imported from a harness that kept only
+    # a sha256, written {"sha256": HEX}): that field holds the hex digest as ASCII bytes, and
+    # replay compares the digest of the actual stream with it. There is no text to diff.
+    hashed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,12 @@ def decode_b64(text: str, where: str) -> bytes:
         raise IntegrityError(f"{where}: invalid base64; re-record the pin") from None
 
 
+def _stream_json(obs: Observation, name: str, data: bytes) -> Union[str, dict[str, str]]:
+    if name in obs.hashed:
+        return {"sha256": data.decode("ascii")}
+    return encode_bytes(data)
+
+
 def observation_to_json(obs: Observation) -> dict[str, Any]:
     """The observation fields of a pin as JSON-ready data."""
     files: dict[str, Any] = {}
@@ -97,8 +115,8 @@ def observation_to_json(obs: Observation) -> dict[str, Any]:
         files[path] = item
     return {
         "exit_code": obs.exit_code,
-        "stdout": encode_bytes(obs.stdout),
-        "stderr": encode_bytes(obs.stderr),
+        "stdout": _stream_json(obs, "stdout", obs.stdout),
+        "stderr": _stream_json(obs, "stderr", obs.stderr),
         "files": files,
         "env_read": obs.env_read,
         "norm_counts": dict(sorted(obs.norm_counts.items())),
@@ -107,13 +125,21 @@ def observation_to_json(obs: Observation) -> dict[str, Any]:
 
 def case_to_json(case: Case) -> dict[str, Any]:
     """The input fields of a pin as JSON-ready data (pins.jsonl form)."""
-    data: dict[str, Any] = {
-        "id": case.id,
-        "argv": list(case.argv),
-        "env": dict(sorted(case.env.items())),
-        "stdin": encode_bytes(case.stdin),
-        "cwd_rel": case.cwd_rel,
-    }
+    data: dict[str, Any] = {"id": case.id, "argv": list(case.argv)}
+    # Optional fields are written only when set, so older files and older charpins agree.
+    if case.argv0 is not None:
+        data["argv0"] = case.argv0
+    data.update(
+        {
+            "env": dict(sorted(case.env.items())),
+            "stdin": encode_bytes(case.stdin),
+            "cwd_rel": case.cwd_rel,
+        }
+    )
     if case.fixtures is not None:
         data["fixtures"] = case.fixtures
+    if case.expect_crash:
+        data["expect_crash"] = True
+    if case.merge_stderr:
+        data["merge_stderr"] = True
     return data

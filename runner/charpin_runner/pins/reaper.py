@@ -16,7 +16,8 @@ the pin started is alive and the pin's outputs can be measured.
 Protocol: CHANNEL_FD is one end of a Unix socket pair. A socket, not a pipe: any process of the
 same user, the pin target included, can reopen a pipe through /proc/PID/fd/N and write a forged
 report into it, while a socket cannot be opened that way. Charpin first sends NUL-separated
-fields, cwd, argc, argv..., then KEY=VALUE env entries, and shuts its sending side down. The
+fields, cwd, the file to execute (empty: argv[0]), argc, argv..., then KEY=VALUE env entries, and
+shuts its sending side down. The
 supervisor answers with lines: "started PID", and after the sweep "exit CODE" (negative: killed by
 that signal) followed by "swept" (every descendant is dead), "noreap" (the target's group is
 dead, but without a subreaper here daemons went elsewhere) or "unswept" (the kill loop hit its
@@ -69,21 +70,27 @@ def _read_all(fd: int) -> bytes:
         parts.append(chunk)
 
 
-def encode_spec(cwd: str, argv: list[str], env: dict[str, str]) -> bytes:
-    """The spec charpin sends (execute.py); NUL cannot occur in argv, env or paths."""
-    fields = [cwd, str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+def encode_spec(
+    cwd: str, argv: list[str], env: dict[str, str], executable: str | None = None
+) -> bytes:
+    """The spec charpin sends (execute.py); NUL cannot occur in argv, env or paths.
+
+    executable, when given, is the file run with argv (whose argv[0] is then the program's own
+    name, as a case folder's argv.json gives it)."""
+    head = [cwd, executable or "", str(len(argv))]
+    fields = [*head, *argv, *(f"{k}={v}" for k, v in env.items())]
     return b"\0".join(os.fsencode(f) for f in fields)
 
 
-def _decode_spec(data: bytes) -> tuple[bytes, list[bytes], dict[bytes, bytes]]:
+def _decode_spec(data: bytes) -> tuple[bytes, bytes, list[bytes], dict[bytes, bytes]]:
     fields = data.split(b"\0")
-    argc = int(fields[1])
-    argv = fields[2 : 2 + argc]
+    argc = int(fields[2])
+    argv = fields[3 : 3 + argc]
     env = {}
-    for item in fields[2 + argc :]:
+    for item in fields[3 + argc :]:
         key, _, value = item.partition(b"=")
         env[key] = value
-    return fields[0], argv, env
+    return fields[0], fields[1] or argv[0], argv, env
 
 
 def _on_term(signum: int, frame: object) -> None:
@@ -99,7 +106,7 @@ def _killpg(pgid: int) -> None:
         pass
 
 
-def _spawn(cwd: bytes, argv: list[bytes], env: dict[bytes, bytes]) -> int:
+def _spawn(cwd: bytes, file: bytes, argv: list[bytes], env: dict[bytes, bytes]) -> int:
     """fork + exec in a new session; an exec failure comes back as OSError."""
     err_r, err_w = os.pipe()  # both close-on-exec: EOF on err_r means exec succeeded
     pid = os.fork()
@@ -114,7 +121,7 @@ def _spawn(cwd: bytes, argv: list[bytes], env: dict[bytes, bytes]) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.chdir(cwd)
             # The argv is the pin's own, passed as a list: no shell is involved.
-            os.execvpe(argv[0], argv, env)  # noqa: S606
+            os.execvpe(file, argv, env)  # noqa: S606
         except OSError as exc:
             message = f"{exc.errno}:{exc.strerror or exc}"
             os.write(err_w, message.encode("utf-8", "replace"))
@@ -232,9 +239,9 @@ def main(argv: list[str]) -> int:
         except OSError:
             pass  # charpin gave up on us; the sweep below must still happen
 
-    cwd, target_argv, env = _decode_spec(_read_all(channel))
+    cwd, file, target_argv, env = _decode_spec(_read_all(channel))
     try:
-        pid = _spawn(cwd, target_argv, env)
+        pid = _spawn(cwd, file, target_argv, env)
     except OSError as exc:
         report(f"error {exc.strerror or exc}")
         return 0

@@ -30,7 +30,13 @@ from typing import Optional
 from charpin_runner.errors import EXIT_DRIFT, CharpinError
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
-from charpin_runner.pins.crash import ImportCrashError, find_crash, pythonpath_rels
+from charpin_runner.pins.crash import (
+    CrashError,
+    ImportCrashError,
+    find_crash,
+    find_fatal,
+    pythonpath_rels,
+)
 from charpin_runner.pins.execute import (
     FILES_LIMIT,
     STREAM_LIMIT,
@@ -40,7 +46,7 @@ from charpin_runner.pins.execute import (
     run_case,
 )
 from charpin_runner.pins.model import Case, Observation, Pin
-from charpin_runner.pins.store import PinSet, save_golden, save_jsonl
+from charpin_runner.pins.store import PinSet, save_expect, save_golden, save_jsonl
 
 SINGLE_PERTURBATIONS = (
     Perturbation("TZ", env={"TZ": "Pacific/Chatham"}),
@@ -63,7 +69,8 @@ class Recorded:
 
     case: Case
     observation: Observation
-    # Said when the recording is kept but looks wrong (an import crash of a dependency).
+    # Said with a recording that is kept but looks wrong (none since crashes are refused
+    # unless expected: crash.py); the CLI prints it.
     warning: Optional[str] = None
 
 
@@ -147,16 +154,36 @@ def record_case(session: Session, case: Case, check_stability: bool = True) -> R
             f"pin {case.id} writes outside the output folder ({', '.join(base.outside_writes[:3])}); "
             "write under the declared output folder or change [tool.charpin.pins] output"
         )
-    # A golden of `No module named 'pkg'` for the repository's own pkg pins nothing (crash.py).
-    crash = find_crash(session.repo, base.observation)
-    warning = None
-    if crash is not None:
-        warning = crash.message(case.id, pythonpath_rels(session.repo, session.pythonpath))
-        if crash.root is not None:
-            raise ImportCrashError(f"{warning}, then record again")
+    _refuse_crash(session, case, base.observation)
     if check_stability:
         _prove_stable(session, case, base, sandbox)
-    return Recorded(case, base.observation, warning)
+    return Recorded(case, base.observation)
+
+
+def _refuse_crash(session: Session, case: Case, obs: Observation) -> None:
+    """A crash is never recorded silently (crash.py): refuse one the pin does not expect, an
+    expected one that did not happen, and always the repository's own code failing to import."""
+    crash = find_crash(session.repo, obs)
+    fatal = find_fatal(obs)
+    if crash is not None:
+        message = crash.message(case.id, pythonpath_rels(session.repo, session.pythonpath))
+        # `No module named 'pkg'` for the repository's own pkg pins nothing, expected or not.
+        if crash.root is not None:
+            raise ImportCrashError(f"{message}, then record again")
+        if not case.expect_crash:
+            raise CrashError(
+                f"{message}; or, if that crash is the behaviour to pin, record it with "
+                "--expect-crash (expect_crash: true)"
+            )
+        return
+    if fatal is not None and not case.expect_crash:
+        raise CrashError(fatal.message(case.id))
+    if fatal is None and case.expect_crash:
+        raise CrashError(
+            f"pin {case.id} expects a crash (expect_crash) but exited {obs.exit_code} without "
+            "an uncaught exception or a signal; record it with --no-expect-crash (or drop "
+            "expect_crash) if it no longer crashes"
+        )
 
 
 def _prove_stable(session: Session, case: Case, base: Run, sandbox: Path) -> None:
@@ -285,3 +312,4 @@ def save_recordings(pin_set: PinSet, new: Optional[Case], recorded: dict[str, Re
         got = recorded.get(pin.case.id)
         if got is not None:
             save_golden(pin_set.goldens_dir, pin.case.id, got.observation)
+            save_expect(pin_set.cases_dir / pin.case.id, got.case.expect_crash)

@@ -17,6 +17,13 @@ The first rule that matches argv[0] decides (README, "What a pin runs"):
 Python targets other than plain `python ...` start through the bootstrap (bootstrap.py), which
 records the env keys they read. Every pin runs with the `pythonpath` folders of the repository it
 replays from on PYTHONPATH (pythonpath_dirs).
+
+A case's argv0 (a case folder's argv.json[0]) is the program's own name: the script, module or
+console script sees it as sys.argv[0] (given to the bootstrap), a command as the argv[0] it is
+executed with; `$REPO/` at its start stands for the checkout replayed from. Without one the
+program sees what its target gives it: a script's path, a module's file, a console script's name.
+Under a prefix (coverage) a script or module sees its path, as coverage gives it. `python ...`
+sets sys.argv[0] itself, so an argv0 there must be the interpreter's own word.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from charpin_runner.pins.model import Case
 
 # Bare names that mean "the pins' Python"; versioned names (python3.8) stay commands on PATH.
 PYTHON_NAMES = frozenset({"python", "python3"})
+# At the start of an argv0: the repository checkout the pin replays from.
+REPO_PREFIX = "$REPO/"
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _SHEBANG_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 # Enough for any real shebang line; a longer first line is not one.
@@ -46,6 +55,8 @@ class Start:
     argv: list[str]
     records_env: bool
     kind: str  # "script", "module", "console-script", "python" or "command"
+    # The file to execute when argv[0] is the program's own name (a command with an argv0).
+    executable: Optional[str] = None
 
 
 def default_pythonpath(repo: Path) -> list[str]:
@@ -107,26 +118,47 @@ def start(
     With prefix (e.g. `-m coverage run ...`) a Python target runs as `python PREFIX ...` and
     its env reads are not recorded."""
     first, args = case.argv[0], list(case.argv[1:])
+    name = program_argv0(case, repo)
     if first == "-m":
-        return _module(case, python, bootstrap, args, prefix)
+        return _module(case, python, bootstrap, args, prefix, name)
     if first in PYTHON_NAMES:
+        if name is not None and name != first:
+            raise RunError(
+                f"pin {case.id}: `{first} ...` sets sys.argv[0] itself, so the program's name "
+                f"cannot be {case.argv0!r}; name the script or `-m MODULE` as the target instead"
+            )
         if args[:1] == ["-m"]:
-            return _module(case, python, bootstrap, args[1:], prefix)
+            return _module(case, python, bootstrap, args[1:], prefix, None)
         if args and not args[0].startswith("-") and _in_repo(repo, args[0]):
-            return _script(case, repo, python, bootstrap, args[0], args[1:], prefix)
+            return _script(case, repo, python, bootstrap, args[0], args[1:], prefix, None)
         return Start([python, *args], False, "python")
     if first.endswith(".py") or ("/" in first and _is_script(repo, first)):
-        return _script(case, repo, python, bootstrap, first, args, prefix)
+        return _script(case, repo, python, bootstrap, first, args, prefix, name)
     declared = scripts() if "/" not in first else {}
     if first in declared:
         target = entry_target(first, declared[first])
-        call = [str(bootstrap), "--entry", target, first, *args]
+        call = [str(bootstrap), "--entry", target, name or first, *args]
         if prefix is not None:
             return Start([python, *prefix, *call], False, "console-script")
         return Start([python, *call], True, "console-script")
     if "/" in first and not os.path.isabs(first):
         first = str(repo / first)
+    if name is not None and name != first:
+        return Start([name, *args], False, "command", executable=first)
     return Start([first, *args], False, "command")
+
+
+def program_argv0(case: Case, repo: Path) -> Optional[str]:
+    """case.argv0 with a leading `$REPO/` made the checkout's path; None when the case has none."""
+    name = case.argv0
+    if name is not None and name.startswith(REPO_PREFIX):
+        return str(repo / name[len(REPO_PREFIX) :])
+    return name
+
+
+def _named(name: Optional[str]) -> list[str]:
+    """The bootstrap's option that gives the target its sys.argv[0]."""
+    return [] if name is None else ["--argv0", name]
 
 
 def _in_repo(repo: Path, rel: str) -> bool:
@@ -145,17 +177,23 @@ def _script(
     rel: str,
     args: list[str],
     prefix: Optional[list[str]],
+    name: Optional[str],
 ) -> Start:
     script = repo / rel
     if not script.is_file():
         raise RunError(f"pin {case.id}: script {rel} not found in the repository; fix argv[0]")
     if prefix is not None:
         return Start([python, *prefix, str(script), *args], False, "script")
-    return Start([python, str(bootstrap), str(script), *args], True, "script")
+    return Start([python, str(bootstrap), *_named(name), str(script), *args], True, "script")
 
 
 def _module(
-    case: Case, python: str, bootstrap: Path, args: list[str], prefix: Optional[list[str]]
+    case: Case,
+    python: str,
+    bootstrap: Path,
+    args: list[str],
+    prefix: Optional[list[str]],
+    name: Optional[str],
 ) -> Start:
     if not args or not _MODULE.fullmatch(args[0]):
         got = repr(args[0]) if args else "nothing"
@@ -165,4 +203,4 @@ def _module(
         )
     if prefix is not None:
         return Start([python, *prefix, "-m", *args], False, "module")
-    return Start([python, str(bootstrap), "-m", *args], True, "module")
+    return Start([python, str(bootstrap), *_named(name), "-m", *args], True, "module")

@@ -187,6 +187,31 @@ def test_missing_final_newline_is_a_difference(recorded: Path, charpin: Runner) 
     assert "No newline at end of file" in out
 
 
+def test_a_trailing_space_is_shown_in_the_diff(recorded: Path, charpin: Runner) -> None:
+    # Only whitespace moved: the diff must still show where (#10 item 13).
+    edit(recorded / "legacy_sync.py", 'print("sync %s" % name)', 'print("sync %s " % name)')
+    code, out, _err = charpin("pins", "check", "--repo", str(recorded), "--id", "legacy")
+    assert code == 2
+    assert "DRIFT legacy [whitespace]" in out
+    assert "  -sync alpha\n" in out and "  +sync alpha\u2420\n" in out
+    assert "  (trailing whitespace shown as \u2420 space" in out
+
+
+def test_no_pins_says_how_to_record_the_first(tmp_path: Path, charpin: Runner) -> None:
+    # Not "record some with `charpin pins record`", which has nothing to record either.
+    first = "record the first with `charpin pins record --id NAME -- PROGRAM ARGS`"
+    for command in ("check", "record"):
+        code, out, err = charpin("pins", command, "--repo", str(tmp_path))
+        assert code == 64, out
+        assert "no pins yet: neither pins.jsonl nor cases/ exists" in err and first in err
+    (tmp_path / "pins.jsonl").write_text("")
+    for command in ("check", "record"):
+        code, out, err = charpin("pins", command, "--repo", str(tmp_path))
+        assert code == 64, out
+        assert f"no pins yet: pins.jsonl holds none; {first}" in err
+        assert "every pin has a golden" not in out
+
+
 def test_timeout_is_a_failure_class(recorded: Path, charpin: Runner) -> None:
     (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 1.0\n")
     edit(

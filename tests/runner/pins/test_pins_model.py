@@ -25,29 +25,37 @@ def test_jsonl_and_case_folder_load_into_the_same_model(tmp_path: Path) -> None:
         env_read=["CURRENCY"],
         norm_counts={"work": 1},
     )
-    jsonl_case = Case(id="one", argv=("tool.py", "--x", "1"), env={"K": "v"}, stdin=RAW)
+    jsonl_case = Case(
+        id="one",
+        argv=("tool.py", "--x", "1"),
+        env={"K": "v"},
+        stdin=RAW,
+        argv0="tool.py",
+        expect_crash=True,
+    )
     save_jsonl(repo / "pins.jsonl", [Pin(jsonl_case, obs)])
     folder = repo / "cases" / "two"
     (folder / "work").mkdir(parents=True)
     (folder / "target.txt").write_text("tool.py\n")
-    (folder / "argv.json").write_text(json.dumps(["--x", "1"]))
+    # The whole process vector, as seed 004 lays it out: the program's name, then its arguments.
+    (folder / "argv.json").write_text(json.dumps(["tool.py", "--x", "1"]))
     (folder / "env.json").write_text(json.dumps({"K": "v"}))
     (folder / "stdin.bin").write_bytes(RAW)
+    (folder / "expect.json").write_text('{"crash": true}\n')
     save_golden(repo / "goldens", "two", obs)
 
     pins = load_pins(repo, PinsConfig())
     one, two = pins.all
     assert one.golden == two.golden == obs
-    assert (one.case.argv, one.case.env, one.case.stdin) == (
-        two.case.argv,
-        two.case.env,
-        two.case.stdin,
-    )
+    same = ("argv", "argv0", "env", "stdin", "cwd_rel", "expect_crash")
+    assert [getattr(one.case, f) for f in same] == [getattr(two.case, f) for f in same]
+    assert two.case.argv == ("tool.py", "--x", "1") and two.case.argv0 == "tool.py"
     assert two.case.fixtures == "cases/two/work"
     assert two.case.stdin == RAW
     line = (repo / "pins.jsonl").read_text()
     assert '"stdout": {"b64": ' in line
     assert "ünïcode" in line
+    assert '"argv0": "tool.py"' in line and '"expect_crash": true' in line
 
 
 def _line(repo: Path, text: str) -> Path:

@@ -77,6 +77,9 @@ def test_update_one_pin_prints_the_category(messy_repo: Path, charpin: Runner) -
     code, out, err = charpin("pins", "record", "--repo", str(messy_repo), "--update", "inv-usd")
     assert code == 0, err
     assert "updated inv-usd: stderr only" in out
+    # What changed, old golden against new (#10 item 13).
+    assert "  --- golden/stderr" in out
+    assert "  -processed 2 customers" in out and "  +done: 2 customers" in out
     assert "inv-exempt" not in out
     lines = [json.loads(x) for x in (messy_repo / "pins.jsonl").read_text().splitlines()]
     by_id = {x["id"]: x for x in lines}
@@ -89,7 +92,8 @@ def test_update_one_pin_prints_the_category(messy_repo: Path, charpin: Runner) -
     code, out, _err = charpin("pins", "record", "--repo", str(messy_repo), "--update")
     assert code == 0
     assert "updated inv-exempt: stderr only" in out
-    assert "updated inv-usd: unchanged" in out
+    assert "inv-usd: unchanged (the golden already matches)" in out
+    assert "updated inv-usd" not in out
 
 
 def test_update_names_every_category(messy_repo: Path, charpin: Runner) -> None:
@@ -105,13 +109,14 @@ def test_case_folder_is_recorded_into_goldens(messy_repo: Path, charpin: Runner)
     case = messy_repo / "cases" / "usd-case"
     case.mkdir(parents=True)
     (case / "target.txt").write_text("export_invoices.py\n")
-    (case / "argv.json").write_text('["--tax-exempt"]')
+    (case / "argv.json").write_text('["export_invoices.py", "--tax-exempt"]')
     (case / "env.json").write_text('{"CURRENCY": "USD"}')
     (case / "stdin.bin").write_bytes(b"acme,3.10,2\n")
     code, out, err = charpin("pins", "record", "--repo", str(messy_repo))
     assert code == 0, out + err
     golden = json.loads((messy_repo / "goldens" / "usd-case.json").read_text())
     assert golden["stdout"] == "acme       net=$6.20 tax=$0.00\nTOTAL $6.20\n"
+    assert golden["case_format"] == 2
     assert golden["env_read"] == ["CURRENCY", "TAX_RATE"]
     assert charpin("pins", "check", "--repo", str(messy_repo))[0] == 0
     code, _out, err = charpin("pins", "record", "--repo", str(messy_repo), "--update", "nope")

@@ -28,8 +28,11 @@ def _charpin(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_missing_variable_traceback_is_stable_and_has_no_bootstrap_frame(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r", {"tool.py": 'import os\nprint(os.environ["NOPE_X"])\n'})
-    assert _charpin(repo, "record", "--id", "k", "--", "tool.py").returncode == 0
+    # A crash is recorded only when the pin says it expects one (#11 item 2).
+    done = _charpin(repo, "record", "--id", "k", "--expect-crash", "--", "tool.py")
+    assert done.returncode == 0, done.stdout + done.stderr
     pin = json.loads((repo / "pins.jsonl").read_text().splitlines()[0])
+    assert pin["expect_crash"] is True
     assert "bootstrap" not in pin["stderr"] and "charpin-pins-" not in pin["stderr"]
     assert pin["stderr"].rstrip().endswith("KeyError: 'NOPE_X'")
     for _ in range(2):  # every replay gets a new temporary folder
