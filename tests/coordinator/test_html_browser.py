@@ -1,0 +1,310 @@
+"""drift.html and index.html in a real headless Chromium (Debian's `chromium` and
+`chromium-driver`, driven by selenium): the gate matrix, a failing row, the outcome matrix and the
+box not evaluated are in the DOM, a screenshot is kept, and hostile test ids and file names from a
+real run stay text (no script runs, no `onerror` fires), with and without the page's CSP.
+
+Without a browser these tests skip; under CHARPIN_REQUIRE_BROWSER=1 (CI) they fail instead.
+Screenshots go to the test's tmp_path and, when CHARPIN_ARTIFACTS is set, are copied there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import make_repo
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT_ID = "<script>document.title='pwned'</script>"
+IMG_ID = "<img src=x onerror=\"document.title='img'\">"
+RTL_ID = "rtl\u202egpj.exe"
+IMG_FILE = "<img src=y onerror=\"document.title='file'\">.txt"
+RTL_FILE = "\u202eevil.txt"
+
+HOSTILE_TESTS = f"""\
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+HOSTILE = {[SCRIPT_ID, IMG_ID, RTL_ID]!r}
+
+
+@pytest.mark.parametrize("name", HOSTILE, ids=HOSTILE)
+def test_hostile(name):
+    assert False, name
+
+
+def test_passes():
+    pass
+
+
+def test_only_here():
+    # local runs the working tree, where this file is (uncommitted); clean does not have it
+    assert (ROOT / "local-only.txt").exists()
+
+
+def test_writes_hostile_files():
+    (ROOT / {IMG_FILE!r}).write_text("x")
+    (ROOT / {RTL_FILE!r}).write_text("x")
+"""
+
+# pytest would write U+202E in an id as the text `\\u202e`; the receipt should carry the real one.
+NO_ID_ESCAPING = """\
+[tool.pytest.ini_options]
+disable_test_id_escaping_and_forfeit_all_rights_to_community_support = true
+"""
+
+
+def _missing_browser() -> str | None:
+    if importlib.util.find_spec("selenium") is None:
+        return "selenium is not installed (pip install -e '.[test]')"
+    if _chromium() is None:
+        return "no chromium binary (apt-get install chromium)"
+    if shutil.which("chromedriver") is None:
+        return "no chromedriver (apt-get install chromium-driver)"
+    return None
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium through chromedriver, or a skip (a failure under
+    CHARPIN_REQUIRE_BROWSER=1)."""
+    missing = _missing_browser()
+    if missing is not None:
+        if os.environ.get("CHARPIN_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"CHARPIN_REQUIRE_BROWSER=1 but {missing}")
+        pytest.skip(missing)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(_chromium())
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--lang=en-US",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(shutil.which("chromedriver"))), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@dataclass(frozen=True)
+class HostileRun:
+    runs: Path
+    folder: Path
+    exit_code: int
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> HostileRun:
+    """A real `charpin-remote run --hosts local,clean,down` of a repository whose test ids and
+    written file names are hostile; `down` is an SSH box nobody listens for (NOT EVALUATED).
+    Then `charpin-remote history html` over the runs folder."""
+    base = tmp_path_factory.mktemp("hostile")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")]),
+        "XDG_CACHE_HOME": str(base / "cache"),
+        "XDG_STATE_HOME": str(base / "state"),
+        "GIT_AUTHOR_NAME": "charpin test",
+        "GIT_AUTHOR_EMAIL": "test@charpin.invalid",
+        "GIT_COMMITTER_NAME": "charpin test",
+        "GIT_COMMITTER_EMAIL": "test@charpin.invalid",
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME"):
+            patch.setenv(name, env[name])
+        patch.setenv("GIT_COMMITTER_EMAIL", env["GIT_COMMITTER_EMAIL"])
+        repo = make_repo(
+            base / "repo",
+            {"pyproject.toml": NO_ID_ESCAPING, "tests/test_report.py": HOSTILE_TESTS},
+        )
+    (repo / "local-only.txt").write_text("only in this working tree\n")
+    ssh_config = base / "ssh_config"
+    ssh_config.write_text("Host down\n    HostName 127.0.0.1\n    Port 1\n    User nobody\n")
+    runs = base / "runs"
+    command = [sys.executable, "-m", "charpin_coordinator"]
+    done = subprocess.run(
+        [*command, "run", "--repo", str(repo), "--hosts", "local,clean,down", "--ssh-config",
+         str(ssh_config), "--out", str(runs), "--run-id", "r1", "--timeout", "120", "-q"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert (runs / "r1" / "drift.html").is_file(), done.stderr
+    index = subprocess.run(
+        [*command, "history", "html", str(runs)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert index.returncode == 0, index.stderr
+    return HostileRun(runs, runs / "r1", done.returncode)
+
+
+def _open(driver: Any, path: Path) -> None:
+    driver.get(path.as_uri())
+    time.sleep(0.3)  # an <img onerror> would fire right after load: give it the chance
+
+
+def _screenshot(driver: Any, tmp_path: Path, name: str) -> Path:
+    """A screenshot of the whole page, kept under tmp_path and copied to CHARPIN_ARTIFACTS."""
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.set_window_size(1280, min(max(height, 600) + 120, 8000))
+    shot = tmp_path / f"{name}.png"
+    assert driver.save_screenshot(str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    artifacts = os.environ.get("CHARPIN_ARTIFACTS")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(artifacts) / shot.name)
+    driver.set_window_size(1280, 900)
+    return shot
+
+
+def _texts(driver: Any, selector: str) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [
+        str(e.get_attribute("textContent")) for e in driver.find_elements(By.CSS_SELECTOR, selector)
+    ]
+
+
+def test_drift_html_shows_the_gate_matrix_and_the_failing_rows(
+    browser: Any, hostile_run: HostileRun, tmp_path: Path
+) -> None:
+    assert hostile_run.exit_code & 1 and hostile_run.exit_code & 2 and hostile_run.exit_code & 4
+    _open(browser, hostile_run.folder / "drift.html")
+    assert (
+        browser.title
+        == f"charpin drift · commit {_commit(hostile_run)} · exit {hostile_run.exit_code}"
+    )
+    header = _texts(browser, "#gate-matrix thead th")
+    assert header == ["box", "Identity", "Clean tree", "Fixture integrity", "Collection parity",
+                      "Quarantine", "Completeness", "Pin replay"]  # fmt: skip
+    assert _texts(browser, "#gate-matrix tbody tr th") == ["local", "clean", "down"]
+    details = _texts(browser, "#blocking-table tbody tr")
+    assert _texts(browser, '#gate-matrix tr[data-box="local"] td') == [
+        "PASS", "FAIL", "PASS", "PASS", "PASS", "PASS", "PASS",
+    ], details  # fmt: skip
+    assert _texts(browser, '#gate-matrix tr[data-box="down"] td') == ["NOT EVALUATED (refused)"]
+    # The outcome matrix: the test that passed on local only.
+    assert _texts(browser, "#outcome-matrix tbody tr") == [
+        "tests/test_report.py::test_only_herepassedfailed"
+    ]
+    failing = _texts(browser, '#failing-tests tr[data-box="clean"] td.fail')
+    assert "tests/test_report.py::test_only_here" in failing
+    assert f"tests/test_report.py::test_hostile[{SCRIPT_ID}]" in failing
+    blocking = " ".join(_texts(browser, "#blocking-table tbody tr"))
+    assert "Clean tree" in blocking and "commit, discard or declare" in blocking
+    [down] = _texts(browser, "#not-evaluated-list li")
+    assert down.startswith("down NOT EVALUATED (refused): down: unreachable: connection refused")
+    # Styled as the page says: a FAIL cell is red, a PASS cell green.
+    from selenium.webdriver.common.by import By
+
+    fail = browser.find_element(By.CSS_SELECTOR, '#gate-matrix tr[data-box="clean"] td.fail')
+    assert fail.value_of_css_property("background-color") == "rgba(255, 235, 233, 1)"
+    _screenshot(browser, tmp_path, "drift")
+
+
+def _commit(run: HostileRun) -> str:
+    import json
+
+    report = json.loads((run.folder / "drift.json").read_text())
+    return str(report["expected_commit"])[:12]
+
+
+def _no_script_ran(driver: Any, title: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    assert driver.title == title  # neither 'pwned' nor 'img' nor 'file'
+    assert driver.find_elements(By.TAG_NAME, "script") == []
+    assert driver.find_elements(By.TAG_NAME, "img") == []
+    handlers = driver.execute_script(
+        "return [...document.querySelectorAll('*')].flatMap(e => [...e.attributes])"
+        ".map(a => a.name).filter(n => n.startsWith('on'))"
+    )
+    assert handlers == []
+
+
+def test_hostile_test_ids_and_file_names_stay_text(
+    browser: Any, hostile_run: HostileRun, tmp_path: Path
+) -> None:
+    # The check can see a script run: without escaping, this browser does run them.
+    control = tmp_path / "control.html"
+    control.write_text(f"<title>before</title><p>{IMG_ID}</p>")
+    _open(browser, control)
+    assert browser.title == "img"
+
+    page = hostile_run.folder / "drift.html"
+    _open(browser, page)
+    title = browser.title
+    assert title.startswith("charpin drift · commit ")
+    _no_script_ran(browser, title)
+    failing = _texts(browser, "#failing-tests td.fail")
+    assert f"tests/test_report.py::test_hostile[{SCRIPT_ID}]" in failing
+    assert f"tests/test_report.py::test_hostile[{IMG_ID}]" in failing
+    # U+202E is shown as a marker, never applied: the id reads in its real order.
+    assert "tests/test_report.py::test_hostile[rtl\\u202egpj.exe]" in failing
+    markers = _texts(browser, "span.ctl")
+    assert markers and set(markers) == {"\\u202e"}
+    body = str(browser.execute_script("return document.body.textContent"))
+    assert "\u202e" not in body
+    assert IMG_FILE in body and "\\u202eevil.txt" in body  # file names, as text
+
+    # Escaping alone holds: the same page without its Content-Security-Policy runs nothing.
+    source = page.read_text(encoding="utf-8")
+    without_csp = tmp_path / "drift-no-csp.html"
+    without_csp.write_text(
+        "\n".join(line for line in source.splitlines() if "Content-Security-Policy" not in line),
+        encoding="utf-8",
+    )
+    assert "Content-Security-Policy" not in without_csp.read_text(encoding="utf-8")
+    _open(browser, without_csp)
+    _no_script_ran(browser, title)
+    _screenshot(browser, tmp_path, "drift-hostile-no-csp")
+
+
+def test_index_html_lists_the_run_and_links_to_its_page(
+    browser: Any, hostile_run: HostileRun, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    _open(browser, hostile_run.runs / "index.html")
+    assert browser.title == "charpin runs · 1 run(s)"
+    _no_script_ran(browser, "charpin runs · 1 run(s)")
+    [row] = _texts(browser, "#run-table tbody tr")
+    assert row.startswith("r1") and "2 of 3" in row and "down (refused)" in row
+    assert _texts(browser, "#trend-table tbody tr td:first-child") == ["clean", "down", "local"]
+    _screenshot(browser, tmp_path, "index")
+    browser.find_element(By.LINK_TEXT, "r1").click()
+    time.sleep(0.3)
+    assert browser.current_url == (hostile_run.folder / "drift.html").as_uri()
+    assert browser.title.startswith("charpin drift · commit ")

@@ -1,0 +1,79 @@
+"""drift.html with the run history: each box's trend (its earlier runs from the history database,
+then this run) and the tests failing now that had another outcome on the same box and commit
+before. Real `charpin-remote run --hosts local` runs recording into a real history database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from charpin_coordinator.drift import build_report
+from charpin_coordinator.html_history import history_sections
+
+from tests.conftest import make_repo
+from tests.coordinator.test_html_report import Page
+from tests.receipt_factory import make_receipt
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Fails on the first run, passes on the second, fails on the third: one commit, three outcomes.
+FLAKY = """\
+import pathlib
+
+COUNTER = pathlib.Path({counter!r})
+
+
+def test_sometimes():
+    n = int(COUNTER.read_text()) + 1 if COUNTER.exists() else 1
+    COUNTER.write_text(str(n))
+    assert n % 2 == 0, n
+
+
+def test_always():
+    pass
+"""
+
+
+def _run(repo: Path, runs: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")])
+    env["XDG_CACHE_HOME"] = str(runs.parent / "cache")
+    argv = [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo)]
+    argv += ["--hosts", "local", "--out", str(runs), "--run-id", run_id, "-q"]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_drift_html_shows_the_trend_and_the_flaky_tests_from_the_history(tmp_path: Path) -> None:
+    counter = tmp_path / "counter"
+    repo = make_repo(tmp_path / "repo", {"tests/test_flaky.py": FLAKY.format(counter=str(counter))})
+    runs = tmp_path / "runs"
+    for run_id in ("r1", "r2", "r3"):
+        done = _run(repo, runs, run_id)
+        assert (runs / run_id / "drift.html").is_file(), done.stderr
+    assert (repo / ".charpin" / "history.sqlite").is_file()  # recorded after each run
+
+    first = Page((runs / "r1" / "drift.html").read_text(encoding="utf-8"))
+    assert "trend" not in first.ids and "flaky" not in first.ids  # no history before r1
+
+    last = Page((runs / "r3" / "drift.html").read_text(encoding="utf-8"))
+    assert {"trend", "trend-table", "flaky", "flaky-table"} <= last.ids
+    titles = [str(a["title"]) for t, a in last.tags if t == "span" and "title" in a]
+    assert [title.split(" · ")[1] for title in titles] == ["r1", "r2", "r3"]  # oldest first
+    assert titles[-1].startswith("this run · r3 · not clean")  # one box: vacuous, never clean
+    assert "0 of 3" in last.all_text
+    assert "tests/test_flaky.py::test_sometimes" in last.all_text
+    assert "2 of 3 runs" in last.all_text  # failed on r1 and r3, passed on r2
+
+
+def test_without_a_history_database_there_are_no_history_sections(tmp_path: Path) -> None:
+    report = build_report([("a", make_receipt("a")), ("b", make_receipt("b"))])
+    assert history_sections(None, report, "r1") == (None, None)
+    assert history_sections(tmp_path / "missing.sqlite", report, "r1") == (None, None)
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"not a database at all")
+    trend, flaky = history_sections(broken, report, "r1")
+    # An unreadable database costs the earlier runs, never the report.
+    assert trend is not None and [p.run_id for p in trend["a"]] == ["r1"]
+    assert flaky == []
