@@ -15,6 +15,7 @@ from charpin_runner.climain import Parser, run_main
 # The commands remote/cli.py registers; `compare` is compare_cli's, the verify ones verify/cli's.
 _REMOTE = ("run", "hosts", "demo")
 _VERIFY = ("verify", "verify-bundle")
+_HISTORY = ("history",)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -28,7 +29,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    everything = command not in (*_REMOTE, *_VERIFY, "compare")
+    everything = command not in (*_REMOTE, *_VERIFY, *_HISTORY, "compare")
     if everything or command == "compare":
         from charpin_coordinator import compare_cli
 
@@ -41,6 +42,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from charpin_coordinator.verify import cli as verify_cli
 
         verify_cli.add_parsers(sub)
+    if everything or command in _HISTORY:
+        # history/cli.py makes the `history` group (queries, prune, rebuild) and adds
+        # html_cli's `history html` to it.
+        from charpin_coordinator.history import cli as history_cli
+
+        history_cli.add_parsers(sub)
     return parser
 
 

@@ -13,6 +13,10 @@ from charpin_runner.receipt import Receipt
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.receipts import read_receipt_file
 from charpin_coordinator.render import encode_json, render_markdown, render_text
+from charpin_coordinator.report import DriftReport
+
+# The FILE of --markdown that means standard output.
+STDOUT = "-"
 
 
 def add_parsers(sub: Any) -> None:
@@ -28,26 +32,115 @@ def add_parsers(sub: Any) -> None:
         "--baseline", metavar="LABEL", help="box to compare against (default: first)"
     )
     parser.add_argument("--commit", metavar="SHA", help="the commit under review (Identity gate)")
-    fmt = parser.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="print the drift report as JSON")
-    fmt.add_argument("--markdown", action="store_true", help="print Markdown (PR comment)")
+    parser.add_argument("--json", action="store_true", help="print the drift report as JSON")
+    parser.add_argument(
+        "--markdown",
+        nargs="?",
+        const=STDOUT,
+        metavar="FILE",
+        help="also write the report as Markdown (a PR comment) to FILE; `-` or no FILE prints "
+        "it instead of the text report, as `run --markdown` does",
+    )
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="keep the receipts and the report as a run folder and add it to the run history",
+    )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        metavar="PATH",
+        help="with --record: the history database (default [tool.charpin] history, else "
+        "<repo>/.charpin/history.sqlite)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="with --record: where the run folder goes (default <repo>/.charpin/runs)",
+    )
     parser.set_defaults(handler=run_compare)
 
 
 def run_compare(args: argparse.Namespace) -> int:
     """Decode, compare, render; return the report's bitmask."""
-    labeled = _load_all(args.receipts)
+    receipts, markdown = _markdown_target(args.receipts, args.markdown)
+    if args.json and markdown == STDOUT:
+        raise UsageError(
+            "--json and --markdown - would both print on stdout; write one to a file, e.g. "
+            "--markdown drift.md"
+        )
+    if (args.history or args.out) and not args.record:
+        raise UsageError("--history and --out go with --record; add --record to keep this compare")
+    history = _history_before(args) if args.record else None
+    labeled = _load_all(receipts)
     report = build_report(labeled, baseline=args.baseline, expected_commit=args.commit)
+    if markdown is not None and markdown != STDOUT:
+        from charpin_coordinator.remote.output import write_file
+
+        write_file(Path(markdown), render_markdown(report).encode())
     if args.json:
         sys.stdout.buffer.write(encode_json(report))
-    elif args.markdown:
+    elif markdown == STDOUT:
         sys.stdout.write(render_markdown(report))
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
         sys.stdout.write(render_text(report, color=color))
     sys.stdout.flush()
+    if history is not None:
+        return report.exit_code | _record(args, history, receipts, labeled, report)
     return report.exit_code
+
+
+def _history_before(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(repository or working folder, history database), checked usable before comparing."""
+    from charpin_coordinator.history import hooks
+
+    repo = hooks.repo_or_cwd(None)
+    history = hooks.locate(repo, args.history)
+    hooks.check(history, [])
+    return repo, history
+
+
+def _record(
+    args: argparse.Namespace,
+    history: tuple[Path, Path],
+    paths: list[Path],
+    labeled: list[tuple[str, Receipt]],
+    report: DriftReport,
+) -> int:
+    """`--record`: the compare as a run folder, added to the history."""
+    from charpin_runner.owndir import ensure_folder
+    from charpin_runner.runid import new_run_id
+
+    from charpin_coordinator.history import hooks
+    from charpin_coordinator.history.compare_folder import write_compare
+    from charpin_coordinator.remote.output import shown_path
+
+    repo, database = history
+    out_dir = (args.out or repo / ".charpin" / "runs").absolute()
+    boxes = [(label, receipt, path) for (label, receipt), path in zip(labeled, paths, strict=True)]
+    try:
+        ensure_folder(repo, out_dir)
+        folder = write_compare(
+            out_dir, new_run_id(), boxes, encode_json(report), render_markdown(report).encode()
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot write under {out_dir}: {exc.strerror}; pass --out DIR") from exc
+    sys.stderr.write(f"charpin-remote: compare kept in {shown_path(folder)}\n")
+    return hooks.record_after(database, [folder], repo=repo)
+
+
+def _markdown_target(receipts: list[Path], markdown: str | None) -> tuple[list[Path], str | None]:
+    """The receipts and where the Markdown goes. `compare --markdown A.json B.json`, written
+    when --markdown took no FILE, still prints: an existing `.json` file after --markdown is
+    the first receipt (Markdown written over it would destroy it)."""
+    if markdown is None or markdown == STDOUT:
+        return receipts, markdown
+    if markdown.endswith(".json") and Path(markdown).is_file():
+        return [Path(markdown), *receipts], STDOUT
+    return receipts, markdown
 
 
 def _load_all(paths: list[Path]) -> list[tuple[str, Receipt]]:

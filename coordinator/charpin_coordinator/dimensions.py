@@ -241,13 +241,18 @@ def _state_diff(
         elif path not in base:
             out.append((blamed, f"{label}: {path} present only here (not on {base_label}){where}"))
         else:
-            ours, theirs, other = mine[path][2], base[path][2], base_label
+            ours, theirs, other = mine[path], base[path], base_label
             if blamed == base_label:  # say it from the point of view of the box to blame
                 ours, theirs, other = theirs, ours, label
-            line = (
-                f"{blamed}: {path} differs from {other}: sha256 "
-                f"{_short(str(ours))} vs {_short(str(theirs))}{where}"
-            )
+            if ours[2] != theirs[2]:
+                what = f"sha256 {_short(str(ours[2]))} vs {_short(str(theirs[2]))}"
+            elif ours[0] != theirs[0]:
+                what = f"a {ours[0]} vs a {theirs[0]}"
+            elif ours[1] != theirs[1]:
+                what = "executable here, not there" if ours[1] else "executable there, not here"
+            else:
+                what = f"symlink to {ours[3]!r} vs {theirs[3]!r}"
+            line = f"{blamed}: {path} differs from {other}: {what}{where}"
             out.append((blamed, line))
     return out
 
@@ -356,7 +361,10 @@ def _environment(receipts: Sequence[Labeled], base: Labeled) -> Dimension | None
             if e.variables.get(key) != be.variables.get(key):
                 diffs.append(f"${key} {e.variables.get(key)!r} vs {be.variables.get(key)!r}")
         if e.plugins != be.plugins:
-            diffs.append("pytest plugins differ")
+            only = sorted(set(e.plugins) - set(be.plugins))
+            missing = sorted(set(be.plugins) - set(e.plugins))
+            said = [f"+{name}" for name in only] + [f"-{name}" for name in missing]
+            diffs.append("pytest plugins differ: " + (", ".join(said) or "same set, other order"))
         if e.conftest_sha256 != be.conftest_sha256:
             diffs.append("conftest files differ")
         if diffs:

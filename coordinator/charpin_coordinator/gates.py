@@ -6,6 +6,11 @@ missing evidence: with no fixture roots watched Fixture integrity passes and say
 fixture roots watched"), as Quarantine does with no ledger and Pin replay with no pins. The
 box's own exit interpretation is not trusted: completeness is recomputed here from the sets
 the receipt carries.
+
+A receipt imported from another harness's record (`charpin import evidence`, Receipt.imported)
+lists the fields it lacks. A gate whose verdict rests on a lacking field (GATE_NEEDS) is
+INCOMPLETE, never PASS: a FAIL found on the evidence the record does hold still stands, and a
+gate that compares boxes is judged on the box alone when either side lacks what it compares.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Sequence
 
-from charpin_runner.receipt import FileState, Receipt
+from charpin_runner.receipt import FileState, Imported, Receipt
 
 from charpin_coordinator.report import GateName, GateResult, GateStatus
 
@@ -35,6 +40,15 @@ ACTIONS: dict[GateName, str] = {
 }
 
 
+# Completeness failed because a path later runs read changed during the run (the sandbox
+# finding): the action is about that path, not about dropped tests.
+WROTE_INTO_ACTION = (
+    "find what wrote the named path during the run (a test, a pin, or on `local` anything else "
+    "editing that folder meanwhile); a box cache named there was removed and rebuilds on the "
+    "next run; then re-run"
+)
+
+
 # What to do when a gate could not be evaluated: the evidence is missing, not bad.
 INCOMPLETE_ACTIONS: dict[GateName, str] = {
     "Identity": "run in a git checkout so the receipt can name its commit",
@@ -50,6 +64,45 @@ INCOMPLETE_ACTIONS: dict[GateName, str] = {
 
 
 _BAD = frozenset(("failed", "error"))
+
+# The receipt fields each gate's verdict rests on (dotted; "pins" is the whole block).
+GATE_NEEDS: dict[GateName, tuple[str, ...]] = {
+    "Identity": (
+        "identity.head_before",
+        "identity.head_after",
+        "identity.tree_before",
+        "identity.tree_after",
+    ),
+    "Clean tree": ("tree.dirty_after", "tree.written"),
+    "Fixture integrity": (
+        "fixtures.roots",
+        "fixtures.before",
+        "fixtures.after",
+        "fixtures.type_changed",
+        "fixtures.mode_changed",
+    ),
+    "Collection parity": ("collection.collected", "collection.executed"),
+    "Quarantine": (
+        "quarantine.ledger_sha256",
+        "quarantine.frozen",
+        "quarantine.leaked",
+        "quarantine.stale",
+        "quarantine.widening",
+        "quarantine.expired",
+    ),
+    "Completeness": (
+        "collection.selected",
+        "collection.executed",
+        "collection.session_finished",
+        "exit.status",
+        "outcomes",
+    ),
+    "Pin replay": ("pins",),
+}
+# Gates that compare a box with the baseline: what the baseline lacks counts too.
+_CROSS_BOX: frozenset[GateName] = frozenset(
+    ("Fixture integrity", "Collection parity", "Quarantine")
+)
 
 
 def undeclared(paths: Sequence[str], outputs: Sequence[str]) -> list[str]:
@@ -72,26 +125,100 @@ def evaluate(
     receipts: Sequence[Labeled], base: Labeled | None, expected: str | None
 ) -> list[GateResult]:
     """Every gate for every box, in table order."""
-    rules: list[tuple[GateName, Callable[[str, Receipt], Verdict]]] = [
-        ("Identity", lambda label, r: _identity(r, expected)),
-        ("Clean tree", lambda label, r: _clean_tree(r)),
-        ("Fixture integrity", lambda label, r: _fixtures(label, r, receipts, base)),
-        ("Collection parity", lambda label, r: _parity(label, r, base, receipts)),
-        ("Quarantine", lambda label, r: _quarantine(label, r, base)),
-        ("Completeness", lambda label, r: _completeness(r)),
-        ("Pin replay", lambda label, r: _pins(label, r, receipts)),
+    rules: list[tuple[GateName, _Rule]] = [
+        ("Identity", lambda label, r, rs, b: _identity(r, expected)),
+        ("Clean tree", lambda label, r, rs, b: _clean_tree(r)),
+        ("Fixture integrity", _fixtures),
+        ("Collection parity", lambda label, r, rs, b: _parity(label, r, b, rs)),
+        ("Quarantine", lambda label, r, rs, b: _quarantine(label, r, b)),
+        ("Completeness", lambda label, r, rs, b: _completeness(r)),
+        ("Pin replay", lambda label, r, rs, b: _pins(label, r, rs)),
     ]
     results = []
     for gate, rule in rules:
         for label, receipt in receipts:
-            status, detail = rule(label, receipt)
+            status, detail = rule(label, receipt, receipts, base)
             action = {"PASS": "", "FAIL": ACTIONS[gate], "INCOMPLETE": INCOMPLETE_ACTIONS[gate]}[
                 status
             ]
+            if status == "FAIL" and gate == "Completeness" and "wrote into" in detail:
+                action = WROTE_INTO_ACTION
+            lacking = _lacking(gate, label, receipt, base)
+            if lacking is not None:
+                status, detail, action = _judge_imported(
+                    gate, rule, (label, receipt), lacking, status, detail, action
+                )
             results.append(
                 GateResult(gate=gate, box=label, status=status, detail=detail, action=action)
             )
     return results
+
+
+_Rule = Callable[[str, Receipt, Sequence[Labeled], "Labeled | None"], Verdict]
+
+
+def missing_fields(gate: GateName, r: Receipt) -> list[str]:
+    """The fields gate needs that an imported receipt lacks (empty for a measured receipt)."""
+    if r.imported is None:
+        return []
+    return [
+        lack
+        for lack in r.imported.lacks
+        if any(
+            lack == need or need.startswith(lack + ".") or lack.startswith(need + ".")
+            for need in GATE_NEEDS[gate]
+        )
+    ]
+
+
+def _lacking(
+    gate: GateName, label: str, r: Receipt, base: Labeled | None
+) -> tuple[list[str], list[str], str, Imported | None] | None:
+    """(own lacks, the baseline's lacks, the baseline's label, the record that lacks them), or
+    None when neither side lacks anything this gate needs."""
+    own = missing_fields(gate, r)
+    theirs: list[str] = []
+    if gate in _CROSS_BOX and base is not None and base[0] != label:
+        theirs = missing_fields(gate, base[1])
+    if not own and not theirs:
+        return None
+    record = r.imported if own else (base[1].imported if base is not None else None)
+    return own, theirs, base[0] if base is not None else "", record
+
+
+def _judge_imported(
+    gate: GateName,
+    rule: _Rule,
+    box: Labeled,
+    lacking: tuple[list[str], list[str], str, Imported | None],
+    status: GateStatus,
+    detail: str,
+    action: str,
+) -> tuple[GateStatus, str, str]:
+    """A gate's verdict when it rests on fields an imported receipt lacks: a FAIL found on the
+    evidence held stands (a cross-box gate judged on this box alone), anything else is
+    INCOMPLETE with the missing fields named."""
+    own, theirs, base_label, record = lacking
+    label, receipt = box
+    if gate in _CROSS_BOX:
+        status, detail = rule(label, receipt, [box], None)
+    what = record.format if record is not None else "an imported record"
+    parts = []
+    if own:
+        parts.append(f"imported from {what}, which lacks {_list(own)}")
+    if theirs:
+        parts.append(
+            f"the baseline {base_label} was imported from {what}, which lacks {_list(theirs)}"
+        )
+    note = "; ".join(parts)
+    if status == "FAIL":
+        return "FAIL", f"{detail} ({note})", ACTIONS[gate]
+    return (
+        "INCOMPLETE",
+        note,
+        "run `charpin receipt` (or `charpin-remote run`) on that box for a measured receipt: "
+        "an imported record cannot pass a gate whose evidence it does not hold",
+    )
 
 
 def healthy(r: Receipt, expected: str | None) -> bool:
@@ -140,8 +267,11 @@ def _clean_tree(r: Receipt) -> Verdict:
 
 
 def state_map(states: list[FileState]) -> dict[str, tuple[object, ...]]:
-    """Path -> (kind, mode, sha256, target): what two fixture states are compared on."""
-    return {s.path: (s.kind, s.mode, s.sha256, s.target) for s in states}
+    """Path -> (kind, executable, sha256, target): what two boxes' fixture states are compared
+    on. Of the mode only what git keeps counts (the executable bit): a checkout's 0644 against
+    an unpacked archive's 0666 is the umask, not a fixture that moved; a chmod during the run
+    is still the receipt's own `mode_changed`."""
+    return {s.path: (s.kind, bool(s.mode & 0o111), s.sha256, s.target) for s in states}
 
 
 def _fixtures(label: str, r: Receipt, receipts: Sequence[Labeled], base: Labeled | None) -> Verdict:

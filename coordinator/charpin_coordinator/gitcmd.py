@@ -51,21 +51,21 @@ def git(
     return git_bytes(repo, *args, input=input, env=env).decode("utf-8", "replace")
 
 
-def toplevel(where: Path) -> Path | None:
-    """The top folder of the git working tree holding where, or None outside one."""
-    try:
-        return Path(git(where, "rev-parse", "--show-toplevel").strip())
-    except (subprocess.CalledProcessError, OSError):
-        return None
-
-
 def repo_root(repo: Path | None) -> Path:
     """The repository a command works on: the top of the git working tree holding repo (or the
     current folder); UsageError naming --repo outside one."""
     from charpin_runner.errors import UsageError
+    from charpin_runner.gitcmd import refusal
 
     where = (repo or Path.cwd()).absolute()
-    top = toplevel(where)
-    if top is None:
-        raise UsageError(f"{where} is not inside a git repository; pass --repo DIR")
-    return top
+    try:
+        done = git_run(where, "rev-parse", "--show-toplevel")
+    except OSError as exc:
+        raise UsageError(f"cannot run git ({exc.strerror}); install git") from exc
+    if done.returncode == 0:
+        return Path(done.stdout.decode("utf-8", "replace").strip())
+    # A repository git will not open (another owner) is not "no repository": say what git said.
+    refused = refusal(done.stderr, where)
+    if refused is not None:
+        raise UsageError(refused)
+    raise UsageError(f"{where} is not inside a git repository; pass --repo DIR")

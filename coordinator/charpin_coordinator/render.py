@@ -13,6 +13,7 @@ import io
 import re
 
 import msgspec
+from charpin_runner.pins.compare import mark_changed_lines
 
 from charpin_coordinator.report import GATES, Dimension, DriftReport, map_strings
 
@@ -51,7 +52,8 @@ def shown(text: str) -> str:
 def _diff_shown(diff: str) -> str:
     """A unified diff of node ids with its line breaks kept. An id may itself hold a newline:
     a line that does not start like a diff line (` `, `+`, `-`, `@`) continues the id before it
-    and is joined back with the break escaped, so an id cannot add a free-standing line."""
+    and is joined back with the break escaped, so an id cannot add a free-standing line. An
+    id's trailing spaces are shown (␠), or two ids that differ only there would look equal."""
     body = diff[:-1] if diff.endswith("\n") else diff
     lines: list[str] = []
     for line in body.split("\n"):
@@ -59,7 +61,7 @@ def _diff_shown(diff: str) -> str:
             lines[-1] += _CONTROLS[0x0A] + shown(line)
         else:
             lines.append(shown(line))
-    return "\n".join(lines) + "\n"
+    return "\n".join(mark_changed_lines(lines)) + "\n"
 
 
 def _displayable(report: DriftReport) -> DriftReport:

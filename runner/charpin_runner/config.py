@@ -85,6 +85,9 @@ class PinsConfig:
     # own packages the way the project runs them (pytest's `pythonpath`, for pins). None means
     # the repository root, plus src/ when that folder exists.
     pythonpath: Optional[list[str]] = None
+    # The program a seed-000 pins.jsonl ran (its argv holds only the arguments after the script):
+    # `charpin import pins-jsonl` reads it when --target is not given.
+    target: Optional[str] = None
 
     def __post_init__(self) -> None:
         for folder in self.pythonpath or []:
@@ -115,6 +118,9 @@ class CharpinConfig:
     pins: PinsConfig = field(default_factory=PinsConfig)
     # Host extras are validated strictly by the coordinator; boxes never read them.
     hosts: dict[str, Any] = field(default_factory=dict)
+    # The coordinator's run history (SQLite), relative to the repository; default
+    # .charpin/history.sqlite. Boxes never read it.
+    history: Optional[str] = None
 
     def __post_init__(self) -> None:
         # Values the type cannot express; msgspec and schema.convert both report the `$.path`.
@@ -122,6 +128,8 @@ class CharpinConfig:
             raise ValueError(f"timeout must be a positive number of seconds, not {self.timeout}")
         if self.test_command is not None and not self.test_command:
             raise ValueError("test_command must not be empty; leave it out for python -m pytest")
+        if self.history is not None and not self.history.strip():
+            raise ValueError("history must be a file path; leave it out for .charpin/history.sqlite")
         for root in self.watch:
             if not root or root.startswith("/") or ".." in root.split("/"):
                 raise ValueError(

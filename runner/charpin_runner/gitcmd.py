@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -165,6 +166,25 @@ def _spawn(
         ) from exc
     except OSError as exc:
         raise RunError(f"cannot run git ({exc}); install git on this box") from exc
+
+
+def refusal(stderr: bytes, where: Path | str) -> Optional[str]:
+    """One line for a repository git found but will not open (its owner is not the user, and
+    no safe.directory entry trusts it): git's own first line and its fix, the path quoted for a
+    shell (where, when git names none). None when stderr says something else (no repository at
+    all, a broken one)."""
+    text = stderr.decode("utf-8", "replace")
+    if "safe.directory" not in text:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0].removeprefix("fatal: ") if lines else "git will not open it"
+    marker = "safe.directory "
+    fixes = [line for line in lines if line.startswith("git config") and marker in line]
+    trusted = fixes[0].split(marker, 1)[1] if fixes else str(where)
+    return (
+        f"git refuses to open the repository: {first}; if you trust it, run: "
+        f"git config --global --add safe.directory {shlex.quote(trusted)}"
+    )
 
 
 def _verb(args: Sequence[str]) -> str:

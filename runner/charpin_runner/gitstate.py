@@ -131,13 +131,10 @@ def find_toplevel(folder: Path) -> Path:
         for candidate in (start, *start.parents):
             if os.path.lexists(candidate / ".git") and _git_dir(ask(candidate)) == git_dir:
                 return candidate
-    said = first.stderr.decode("utf-8", "replace")
-    if "dubious ownership" in said:
+    refused = gitcmd.refusal(first.stderr, folder)
+    if refused is not None:
         # git found a repository but will not open it: say so, with git's own fix.
-        raise UsageError(
-            f"git refuses to open the repository at {folder}: it is owned by another user; "
-            f"if you trust it: git config --global --add safe.directory {folder}"
-        )
+        raise UsageError(refused)
     raise UsageError(
         f"{folder} is not inside a git repository; run from a repository or pass --repo DIR"
     )

@@ -241,6 +241,21 @@ class Environment:
 
 
 @dataclass(frozen=True)
+class Imported:
+    """Marks a receipt that `charpin import evidence` converted from another harness's record
+    instead of one charpin measured (added in 0.2).
+
+    lacks names the receipt fields (dotted, e.g. "identity.tree_before", "collection.executed",
+    "pins") that the record did not hold: their values are placeholders, not observations, and
+    a gate that needs one of them is INCOMPLETE, never PASS (gates.py).
+    """
+
+    source: str
+    format: str
+    lacks: list[str]
+
+
+@dataclass(frozen=True)
 class Receipt:
     """One box, one run. Outcomes are as reported by the test process; the rest is measured.
 
@@ -267,6 +282,8 @@ class Receipt:
     environment: Environment
     # Per test id that ran subtests (added in 0.2; older receipts decode as none).
     subtests: dict[str, Subtests] = field(default_factory=dict)
+    # Set only on a receipt imported from another harness's record (added in 0.2).
+    imported: Optional[Imported] = None
 
 
 def to_dict(receipt: Receipt) -> dict[str, Any]:

@@ -146,3 +146,68 @@ def test_control_characters_from_receipts_never_reach_the_terminal(tmp_path, cap
         assert "\x1b[31m" not in out
         assert "\nfake: PASS" not in out
         assert "\\x1b[2J\\x0afake: PASS" in out
+
+
+def test_markdown_goes_to_a_file_or_to_stdout_as_run_does(tmp_path, capsys):
+    # `--markdown FILE` writes the file (the text report still prints); `-` or no FILE prints
+    # the Markdown instead, the same for `run` and `compare` (#10 item 13).
+    a, b = write(tmp_path, make_receipt("a")), write(tmp_path, make_receipt("b"))
+    md = tmp_path / "drift.md"
+    assert main(["compare", str(a), str(b), "--markdown", str(md)]) == 0
+    out = capsys.readouterr().out
+    assert md.read_text().startswith("## charpin drift") and "## charpin drift" not in out
+    assert "Identity" in out
+    for flags in (["--markdown", "-"], ["--markdown"]):
+        assert main(["compare", str(a), str(b), *flags]) == 0
+        assert capsys.readouterr().out == md.read_text()
+    assert main(["compare", "--json", str(a), str(b), "--markdown", str(md)]) == 0
+    assert json.loads(capsys.readouterr().out)["groups"] == [["a", "b"]]
+    assert main(["compare", "--json", "--markdown", "-", str(a), str(b)]) == 64
+    assert "both print on stdout" in capsys.readouterr().err
+
+
+def test_the_older_markdown_spelling_still_prints_and_keeps_the_receipt(tmp_path, capsys):
+    a, b = write(tmp_path, make_receipt("a")), write(tmp_path, make_receipt("b"))
+    before = a.read_bytes()
+    assert main(["compare", "--markdown", str(a), str(b)]) == 0
+    assert capsys.readouterr().out.startswith("## charpin drift")
+    assert a.read_bytes() == before
+
+
+def test_ids_that_differ_only_by_a_trailing_space_show_it(tmp_path, capsys):
+    # A collection diff whose lines look the same is no help: the space is shown (#10 item 13).
+    plain, spaced = "tests/cases.yaml::case one", "tests/cases.yaml::case one "
+    ids = sorted([*IDS, plain])
+    other = sorted([*IDS, spaced])
+    a = write(
+        tmp_path,
+        make_receipt(
+            "a",
+            **{
+                "collection.collected": ids,
+                "collection.selected": ids,
+                "collection.executed": ids,
+                "collection.order": ids,
+                "outcomes": dict.fromkeys(ids, "passed"),
+            },
+        ),
+    )
+    b = write(
+        tmp_path,
+        make_receipt(
+            "b",
+            **{
+                "collection.collected": other,
+                "collection.selected": other,
+                "collection.executed": other,
+                "collection.order": other,
+                "outcomes": dict.fromkeys(other, "passed"),
+            },
+        ),
+    )
+    for flags in ([], ["--markdown"]):
+        main(["compare", *flags, str(a), str(b)])
+        out = capsys.readouterr().out
+        assert f"-{plain}\n" in out, out
+        assert f"+{plain}\u2420\n" in out, out
+        assert "trailing whitespace shown as \u2420 space" in out

@@ -235,3 +235,38 @@ def test_collection_drift_of_unsorted_sets_counts_and_diffs_the_real_difference(
     assert collection.details == ["b: collected differs from a: -0 +1"]
     assert collection.diff.count(f"+{extra}\n") == 1
     assert [line[0] for line in collection.diff.splitlines()[3:]] == ["+", " ", " "]
+
+
+def _with_fixture_mode(label, mode):
+    import dataclasses
+
+    base = make_receipt(label)
+    state = dataclasses.replace(FIXTURE, mode=mode)
+    fixtures = dataclasses.replace(base.fixtures, before=[state], after=[state])
+    return dataclasses.replace(base, fixtures=fixtures)
+
+
+def test_a_permission_git_does_not_keep_is_not_fixture_drift():
+    """An unpacked sdist's 0666 files against a checkout's 0644 (seen on html2text): the same
+    bytes; git keeps only the executable bit, and so does the comparison between boxes."""
+    rep = report(_with_fixture_mode("local", 0o666), _with_fixture_mode("clean", 0o644))
+    assert "fixtures" not in dims(rep)
+    assert all(g.status == "PASS" for g in rep.gates if g.gate == "Fixture integrity")
+    assert rep.exit_code == 0
+
+
+def test_an_executable_bit_that_differs_is_named_as_such():
+    rep = report(_with_fixture_mode("clean", 0o644), _with_fixture_mode("local", 0o755))
+    details = "\n".join(dims(rep)["fixtures"].details)
+    assert "executable" in details and "sha256" not in details, details
+
+
+def test_plugin_drift_names_the_plugins():
+    import dataclasses
+
+    a = make_receipt("a")
+    env = dataclasses.replace(a.environment, plugins=["pytest-xdist-3.8.0", "pytest-randomly-3.15"])
+    b = dataclasses.replace(make_receipt("b"), environment=env)
+    a = dataclasses.replace(a, environment=dataclasses.replace(env, plugins=["pytest-xdist-3.8.0"]))
+    details = "\n".join(dims(report(a, b))["environment"].details)
+    assert "pytest plugins differ: +pytest-randomly-3.15" in details, details

@@ -65,11 +65,15 @@ def _poison_then_fail(
 def test_without_a_sandbox_the_write_is_caught_and_the_venv_rebuilt(
     kind: str, sshd_factory: Any, tmp_path: Path
 ) -> None:
-    receipt, _, attempt, _, _ = _poison_then_fail(kind, "off", sshd_factory, tmp_path)
+    receipt, first, attempt, _, _ = _poison_then_fail(kind, "off", sshd_factory, tmp_path)
     assert attempt.startswith("written"), attempt
     assert receipt["environment"]["sandbox"] == "none"
     assert receipt["exit"]["interpretation"] == "incomplete"
     assert any("wrote into" in r and "removed" in r for r in receipt["exit"]["reasons"])
+    # The first run's gate says what to look for: the write, not dropped tests.
+    (completeness,) = [g for g in first["gates"] if g["gate"] == "Completeness"]
+    assert completeness["status"] == "FAIL"
+    assert completeness["action"].startswith("find what wrote the named path"), completeness
 
 
 @pytest.mark.parametrize("kind", ["local", "clean", "ssh"])

@@ -282,8 +282,15 @@ def test_mutated_receipts_are_refused_or_decoded_and_comparable(change: Mutation
         assert receipt == load_receipt(change.original, source="original"), change.place
     # What the decoder accepts is canonical: encoding it again decodes to the same receipt...
     assert load_receipt(msgspec.json.encode(receipt), source="again") == receipt
-    # ...and drift can compare it with a clean receipt without a traceback.
-    report = build_report([("fuzzed", receipt), ("clean", _decoded(make_receipt("clean")))])
+    # ...and drift can compare it with a clean receipt without a traceback, in bounded memory.
+    clean = _decoded(make_receipt("clean"))
+    tracemalloc.start()
+    try:
+        report = build_report([("fuzzed", receipt), ("clean", clean)])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000 + 256 * len(change.raw), peak
     assert all("-0 +0" not in line for d in report.dimensions for line in d.details)
 
 

@@ -25,7 +25,8 @@ _OUTER = (
     f".write({site.getsitepackages()[0]!r})"
 )
 DEPS = f'python -c "{_OUTER}"'
-INSTALL = "python -m pip install -q --no-build-isolation --no-index --no-deps -e ."
+# `pip`, as the README writes it: the per-run venv's own, whatever else is on PATH.
+INSTALL = "pip install -q --no-build-isolation --no-index --no-deps -e ."
 
 BACKEND = '''
 import base64, hashlib, os, zipfile
@@ -101,8 +102,24 @@ def _run(repo: Path, runs: Path, run_id: str) -> tuple[int, dict, dict]:
     return code, report, receipt
 
 
+def _installed_here(name: str) -> bool:
+    import subprocess
+    import sys
+
+    probe = f"import importlib.metadata as m; m.distribution({name!r})"
+    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+
+
 @pytest.mark.slow
-def test_prepare_readies_every_checkout_and_its_writes_are_not_dirt(tmp_path: Path) -> None:
+def test_prepare_readies_every_checkout_and_its_writes_are_not_dirt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import sys
+
+    # As with an activated venv: this interpreter's pip is the first `pip` on PATH.
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    assert not _installed_here("shop")
     files = dict(SHOP)
     files["pyproject.toml"] = _pyproject([DEPS], [INSTALL, "python tools/gen_rates.py"])
     repo = make_repo(tmp_path / "shop", files)
@@ -113,6 +130,8 @@ def test_prepare_readies_every_checkout_and_its_writes_are_not_dirt(tmp_path: Pa
     # What prepare wrote into the fresh checkout is listed as its own, not as the user's dirt.
     assert receipt["tree"]["dirty_before"] == []
     assert "src/shop/_rates.py" in receipt["tree"]["prepared"]
+    # prepare's `pip` installed into the run's own venv, not into the coordinator's.
+    assert not _installed_here("shop")
     gates = {g["gate"]: g["status"] for g in report["gates"]}
     assert gates["Clean tree"] == "PASS"
     assert [d["name"] for d in report["dimensions"]] == []

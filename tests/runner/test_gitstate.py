@@ -605,7 +605,7 @@ def test_a_checkout_owned_by_another_user_is_measured_where_the_user_trusts_it(
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
     subprocess.run(["chown", "-R", "65534", str(repo)], check=True)
     gitcmd.user_safe_directories.cache_clear()
-    with pytest.raises(UsageError, match=r"owned by another user.*safe\.directory"):
+    with pytest.raises(UsageError, match=r"dubious ownership.*safe\.directory"):
         gitstate.find_toplevel(repo)
     subprocess.run(["git", "config", "--global", "--add", "safe.directory", str(repo)], check=True)
     gitcmd.user_safe_directories.cache_clear()

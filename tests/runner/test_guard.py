@@ -63,7 +63,7 @@ def test_commit_changing_pins_and_code_together_is_refused(
     protected, _, production = out.partition("production code:")
     assert "    pins.jsonl" in protected
     assert "    app.py" in production
-    assert "refused 1 of 1 commit(s)" in out
+    assert "refused 1 of 1 commit in " in out
 
 
 def test_pins_and_code_in_separate_commits_are_accepted(
@@ -74,7 +74,7 @@ def test_pins_and_code_in_separate_commits_are_accepted(
     _commit(repo, "pins", {"pins.jsonl": "{}\n", "qa/cases/a/argv.json": "[]\n"})
     code, out = _guard(repo, capsys, "--range", f"{base}..HEAD")
     assert code == 0, out
-    assert "ok, 2 commit(s)" in out
+    assert "ok, 2 commits in " in out
 
 
 def test_each_commit_of_a_range_is_judged_alone(
@@ -88,7 +88,7 @@ def test_each_commit_of_a_range_is_judged_alone(
     assert code == 2
     assert f"refused commit {bad[:12]} 'sneaky'" in out
     assert "qa/cases/a/argv.json" in out
-    assert "refused 1 of 3 commit(s)" in out
+    assert "refused 1 of 3 commits in " in out
 
 
 def test_staged_pins_with_code_are_refused_and_alone_accepted(
@@ -100,6 +100,9 @@ def test_staged_pins_with_code_are_refused_and_alone_accepted(
     code, out = _guard(repo, capsys, "--staged")
     assert code == 2
     assert "refused the staged change" in out
+    # The summary names the staged change once, without a count ("refused 1 of the ...").
+    assert "charpin guard: refused the staged change; put pin updates" in out
+    assert "refused 1 of" not in out
     assert "    flake-ledger.json" in out and "    app.py" in out
     git(repo, "restore", "--staged", "app.py")
     code, out = _guard(repo, capsys, "--staged")
@@ -214,7 +217,7 @@ def test_a_merge_of_a_well_split_branch_is_accepted(
     git(repo, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
     code, out = _guard(repo, capsys, "--range", f"{base}..HEAD")
     assert code == 0, out
-    assert "4 commit(s)" in out
+    assert "4 commits in " in out
 
 
 def test_an_evil_merge_is_judged_by_its_own_changes(

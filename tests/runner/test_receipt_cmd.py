@@ -140,6 +140,29 @@ def test_not_a_git_repository_is_a_usage_error(tmp_path: Path) -> None:
     assert "plain folder is not inside a git repository" in result.stderr
 
 
+def test_a_repository_owned_by_another_user_says_what_git_says(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    # git will not open it ("dubious ownership"): show git's first line and its fix, which names
+    # the repository's top even when charpin runs in a subfolder (#10 item 13).
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the repository to another user (CI runs as root)")
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(["chown", "-R", "65534", str(git_repo)], check=True)
+    env = charpin_env(HOME=str(home))
+    env.pop("GIT_CONFIG_GLOBAL", None)
+    result = charpin(git_repo / "tests", env=env)
+    assert result.returncode == 64, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"detected dubious ownership in repository at '{git_repo}'" in result.stderr
+    assert (
+        f"if you trust it, run: git config --global --add safe.directory {git_repo}\n"
+        in result.stderr
+    )
+    assert "not inside a git repository" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

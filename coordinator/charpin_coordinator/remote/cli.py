@@ -17,6 +17,7 @@ from charpin_runner.errors import EXIT_CLEAN, EXIT_NOT_EVALUATED, CharpinError, 
 
 from charpin_coordinator.config import load_config
 from charpin_coordinator.gitcmd import repo_root
+from charpin_coordinator.history import hooks as history_hooks
 from charpin_coordinator.remote import snapshot
 from charpin_coordinator.remote.display import make_progress
 from charpin_coordinator.remote.hosts import (
@@ -25,9 +26,18 @@ from charpin_coordinator.remote.hosts import (
     parse_host_list,
     resolve_hosts,
 )
-from charpin_coordinator.remote.run import DEFAULT_TIMEOUT, Options, Planned, plan, run
+from charpin_coordinator.remote.run import (
+    DEFAULT_TIMEOUT,
+    Options,
+    Planned,
+    RunResult,
+    plan,
+    run,
+)
 
 DEFAULT_HOSTS = "local,clean"
+# The FILE of --markdown that means standard output.
+STDOUT = Path("-")
 
 
 def add_parsers(sub: Any) -> None:
@@ -81,8 +91,23 @@ def _add_run(sub: Any) -> None:
     add("--commit", default="HEAD", metavar="REV", help="commit to run (default HEAD)")
     add("--baseline", metavar="LABEL", help="box to compare against (default: the first)")
     add("--json", action="store_true", help="print the drift report as JSON")
-    add("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown")
+    add(
+        "--markdown",
+        type=Path,
+        nargs="?",
+        const=STDOUT,
+        metavar="FILE",
+        help="also write the report as Markdown to FILE; `-` or no FILE prints it instead of "
+        "the text report, as `compare --markdown` does",
+    )
     add("--junit", type=Path, metavar="FILE", help="also write JUnit XML (box x gate)")
+    add(
+        "--notify",
+        metavar="CMD",
+        help="after the report, run the shell command CMD with the Markdown report on stdin and "
+        "CHARPIN_EXIT, CHARPIN_RUN_DIR set (60 s at most); its failure is one line on stderr "
+        "and never changes the exit code",
+    )
     add_box_options(run, folders="run folders go here (default <repo>/.charpin/runs)")
     run.set_defaults(handler=run_remote)
 
@@ -115,6 +140,13 @@ def add_box_options(parser: argparse.ArgumentParser, *, folders: str) -> None:
     add("--run-id", metavar="ID", help="id of the folder (default: UTC time plus 6 hex digits)")
     add("--out", type=Path, metavar="DIR", help=folders)
     add("--quiet", "-q", action="store_true", help="no progress display")
+    add(
+        "--history",
+        type=Path,
+        metavar="PATH",
+        help="run history database to add this run to (default [tool.charpin] history, else "
+        "<repo>/.charpin/history.sqlite)",
+    )
 
 
 def _hosts_usage(args: argparse.Namespace) -> int:
@@ -123,7 +155,7 @@ def _hosts_usage(args: argparse.Namespace) -> int:
 
 def run_remote(args: argparse.Namespace) -> int:
     """Handle `charpin-remote run`: plan, run with progress, print, return the bitmask."""
-    _check_numbers(args)
+    _check_flags(args)
     names = parse_host_list(args.hosts)
     options = Options(
         repo=repo_root(args.repo),
@@ -139,16 +171,33 @@ def run_remote(args: argparse.Namespace) -> int:
         baseline=args.baseline,
         jobs=args.jobs,
     )
+    history = history_hooks.locate(options.repo, args.history, lenient=True)
+    history_hooks.check(history, [args.run_id] if args.run_id else [])
     planned = plan(options)
     _warn_local_commit(options.repo, names, args.commit, planned.plan.snap.commit)
     _warn_uncommitted_config(options.repo, planned.plan.snap.commit, planned.plan.config_table)
     _note_clean_interpreter(planned)
     with make_progress(names, quiet=args.quiet or args.json) as progress:
-        result = run(planned, phase=progress.phase)
+        result = run(planned, phase=progress.phase, history=history)
     from charpin_coordinator.remote.output import emit, warn_disposals  # imported meanwhile
 
     emit(result, json=args.json, markdown=args.markdown, junit=args.junit)
-    return result.exit_code | warn_disposals([result])
+    code = result.exit_code | warn_disposals([result])
+    code |= history_hooks.record_after(history, [result.folder], repo=options.repo)
+    if args.notify is not None:
+        _notify(args.notify, result, code)
+    return code
+
+
+def _notify(command: str, result: RunResult, code: int) -> None:
+    """Run the --notify hook; its failure is one line on stderr, never the exit code."""
+    from charpin_coordinator.remote.notify import notify
+    from charpin_coordinator.render import render_markdown
+
+    summary = render_markdown(result.report).encode()
+    problem = notify(command, summary, exit_code=code, run_dir=result.folder)
+    if problem is not None:
+        sys.stderr.write(f"charpin-remote: warning: {problem}; the exit code is the run's\n")
 
 
 def _warn_local_commit(repo: Path, names: list[str], rev: str, commit: str) -> None:
@@ -193,9 +242,18 @@ def _warn_uncommitted_config(repo: Path, commit: str, used: Mapping[str, Any]) -
         )
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
+def _check_flags(args: argparse.Namespace) -> None:
+    if args.json and args.markdown == STDOUT:
+        raise UsageError(
+            "--json and --markdown - would both print on stdout; write one to a file, e.g. "
+            "--markdown drift.md"
+        )
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs} must be at least 1; e.g. --jobs 4")
+    if getattr(args, "notify", None) is not None and not args.notify.strip():
+        raise UsageError(
+            "--notify needs a command, e.g. --notify 'mail -s charpin ops@example.invalid'"
+        )
     if args.timeout is not None and not 0 < args.timeout < float("inf"):
         raise UsageError(f"--timeout {args.timeout} must be a positive number of seconds")
 
@@ -207,11 +265,8 @@ def run_hosts_check(args: argparse.Namespace) -> int:
     names = parse_host_list(args.hosts)
     extras: Mapping[str, HostExtras] = {}
     setup: list[str] = []
-    try:
-        repo = repo_root(args.repo)
-    except UsageError:  # not a git checkout: use the folder as given
-        repo = args.repo or Path.cwd()
-    if (repo / "pyproject.toml").is_file():
+    repo = _hosts_repo(args.repo)
+    if repo is not None and (repo / "pyproject.toml").is_file():
         # The working tree's settings: a preflight checks boxes as you are configuring them.
         loaded = load_config(repo)
         extras = decode_host_extras(loaded.hosts)
@@ -224,3 +279,21 @@ def run_hosts_check(args: argparse.Namespace) -> int:
             print(f"[{result.host}] {mark} {item.name}: {item.message}", flush=True)
         bad = bad or not result.ok
     return EXIT_NOT_EVALUATED if bad else EXIT_CLEAN
+
+
+def _hosts_repo(given: Path | None) -> Path | None:
+    """The folder whose pyproject.toml `hosts check` reads: the top of the repository holding
+    --repo (or the current folder), else that folder itself when it has a pyproject.toml. When
+    there is none, the boxes are still checked, and a note says that no [tool.charpin] was read
+    and why, so an all-ok check is not mistaken for one of the project's configuration."""
+    try:
+        return repo_root(given)
+    except UsageError as exc:
+        folder = given or Path.cwd()
+        if (folder / "pyproject.toml").is_file():
+            return folder
+        sys.stderr.write(
+            "charpin-remote: note: no [tool.charpin] read, so the hosts are checked without the "
+            f"project's host settings and setup: {exc}\n"
+        )
+        return None

@@ -25,14 +25,20 @@ def emit(
     junit: Path | None = None,
     show_folder: bool = True,
 ) -> None:
-    """Print a run's report (text or JSON) and write the extra report files asked for."""
+    """Print a run's report (text, JSON, or Markdown when markdown is `-`) and write the extra
+    report files asked for. The run folder's line goes to stderr when stdout is Markdown."""
     report = result.report
-    if markdown:
+    markdown_out = markdown is not None and str(markdown) == "-"
+    if markdown and not markdown_out:
         write_file(markdown, render_markdown(report).encode())
     if junit:
         write_file(junit, to_junit(report))
     if json:
         sys.stdout.buffer.write(encode_json(report))
+    elif markdown_out:
+        sys.stdout.write(render_markdown(report))
+        if show_folder:
+            sys.stderr.write(f"run folder: {shown_path(result.folder)}\n")
     else:
         sys.stdout.write(render_text(report, color=sys.stdout.isatty()))
         if show_folder:

@@ -31,6 +31,7 @@ class ReportFiles:
 
     drift_json: bytes
     drift_md: bytes
+    drift_html: bytes | None = None  # drift.html, the self-contained page (html_report.py)
 
 
 def safe_folders(labels: Iterable[str]) -> dict[str, str]:
@@ -67,6 +68,8 @@ def write_run(
             _write_box(staging / folders[outcome.label], outcome)
         write_atomic(staging / "drift.json", report.drift_json)
         write_atomic(staging / "drift.md", report.drift_md)
+        if report.drift_html is not None:
+            write_atomic(staging / "drift.html", report.drift_html)
         os.rename(staging, final)  # fails rather than merge if the run appeared meanwhile
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -23,6 +23,7 @@ from charpin_runner.runid import check_run_id, new_run_id
 
 from charpin_coordinator.config import load_config
 from charpin_coordinator.drift import build_report
+from charpin_coordinator.html_report import render_html
 from charpin_coordinator.remote import provision, results, snapshot
 from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, Phase, RunPlan, run_box
 from charpin_coordinator.remote.builtin import clean_target, local_target
@@ -140,8 +141,9 @@ def plan(options: Options) -> Planned:
     return Planned(shared, targets, out_dir, options.baseline, options.jobs, disposals)
 
 
-def run(planned: Planned, *, phase: Phase | None = None) -> RunResult:
-    """Run every box (at most planned.jobs at once), report the drift, write the run folder."""
+def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = None) -> RunResult:
+    """Run every box (at most planned.jobs at once), report the drift, write the run folder.
+    With a history database, drift.html also shows each box's trend and the flaky tests."""
     shared = planned.plan
     jobs = [Job(target.label, _Bound(target, shared)) for target in planned.targets]
     clock = _PhaseClock(phase or _quiet)
@@ -167,10 +169,19 @@ def run(planned: Planned, *, phase: Phase | None = None) -> RunResult:
         shared.run_id,
         fan.outcomes,
         results.ReportFiles(
-            drift_json=encode_json(report), drift_md=render_markdown(report).encode()
+            drift_json=encode_json(report),
+            drift_md=render_markdown(report).encode(),
+            drift_html=_drift_html(report, history, shared.run_id),
         ),
     )
     return RunResult(report, fan.outcomes, folder, fan.interrupted, planned.disposals)
+
+
+def _drift_html(report: DriftReport, history: Path | None, run_id: str) -> bytes:
+    from charpin_coordinator.html_history import history_sections
+
+    trend, flaky = history_sections(history, report, run_id)
+    return render_html(report, trend=trend, flaky=flaky).encode()
 
 
 def _with_local_provisioning(repo: Path, extras: dict[str, HostExtras]) -> dict[str, HostExtras]:

@@ -11,6 +11,7 @@ from typing import Any
 from charpin_runner.errors import EXIT_CLEAN, UsageError
 
 from charpin_coordinator.gitcmd import repo_root
+from charpin_coordinator.history import hooks as history_hooks
 from charpin_coordinator.remote.cli import add_box_options
 from charpin_coordinator.remote.hosts import parse_host_list
 
@@ -106,6 +107,11 @@ def run_verify(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         reuse_base=args.reuse_base,
     )
+    history = history_hooks.locate(repo, args.history, lenient=True)
+    if args.run_id:
+        history_hooks.check(history, [f"{args.run_id}/base", f"{args.run_id}/patched"])
+    else:
+        history_hooks.check(history, [])
     with make_progress(names, quiet=args.quiet or args.json) as progress:
         result = verify(options, phase=progress.phase)
     for note in result.notes:  # --reuse-base: what was not reused, and why
@@ -125,7 +131,8 @@ def run_verify(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     from charpin_coordinator.remote.output import warn_disposals
 
-    return result.exit_code | warn_disposals([result.base_run, result.patched_run])
+    code = result.exit_code | warn_disposals([result.base_run, result.patched_run])
+    return code | history_hooks.record_after(history, [result.folder], repo=repo)
 
 
 def run_verify_bundle(args: argparse.Namespace) -> int:

@@ -199,7 +199,10 @@ def _tests(label: str, base: Receipt, patched: Receipt) -> tuple[VerifyGate, lis
         if now not in _RED:
             continue
         if was == "passed":
-            seen.append(_seen("Tests", label, test, f"passed on base, {now} on patched", action))
+            sub = patched.subtests.get(test)
+            failing = f" (failing subtests: {', '.join(sub.failing)})" if sub and sub.failing else ""
+            what = f"passed on base, {now} on patched{failing}"
+            seen.append(_seen("Tests", label, test, what, action))
         elif was is None:
             seen.append(_seen("Tests", label, test, f"new test, {now}", action))
     if seen:

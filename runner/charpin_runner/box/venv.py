@@ -109,8 +109,16 @@ def prepare(
     ours = _site_dirs(str(python), src, ends)
     line = "; ".join(f"site.addsitedir({d!r})" for d in base_sites if d not in ours)
     (Path(ours[0]) / "_charpin_base.pth").write_text(f"import site; {line}\n")
+    # The venv has no pip of its own (a copy costs seconds): `pip` here is the base's pip run
+    # by this venv's python, so it installs into this venv, never into the base (the cache, or
+    # on `clean` the coordinator's own venv) and never with whatever `pip` is next on PATH.
+    for name in ("pip", "pip3"):
+        shim = venv / "bin" / name
+        shim.write_text(f"#!{python}\nimport runpy\nrunpy.run_module('pip', run_name='__main__')\n")
+        shim.chmod(0o755)
     for command in commands:
-        _run(command, src, _venv_env(venv), ends, shell=True)  # noqa: S604 - shell, as written
+        # The prepare lines are shell, as written in [tool.charpin].
+        _run(command, src, _venv_env(venv), ends, shell=True, what="prepare")  # noqa: S604
     return str(python)
 
 
@@ -200,7 +208,13 @@ def _editables(venv: Path, work: Path) -> list[str]:
 
 
 def _run(
-    command: str | list[str], cwd: Path, env: dict[str, str], ends: float, *, shell: bool = False
+    command: str | list[str],
+    cwd: Path,
+    env: dict[str, str],
+    ends: float,
+    *,
+    shell: bool = False,
+    what: str = "setup",
 ) -> None:
     # Its own session, so a timeout kills the commands a setup line started, not just its shell.
     proc = subprocess.Popen(
@@ -223,12 +237,12 @@ def _run(
             proc.kill()
             output = b""
         raise BoxStepError(
-            "timeout", f"setup command {command!r} ran past the box deadline: {_tail(output)}"
+            "timeout", f"{what} command {command!r} ran past the box deadline: {_tail(output)}"
         ) from None
     if proc.returncode != 0:
         raise BoxStepError(
             "setup-failed",
-            f"setup command {command!r} exited {proc.returncode}: {_tail(output)}",
+            f"{what} command {command!r} exited {proc.returncode}: {_tail(output)}",
         )
 
 

@@ -40,7 +40,8 @@ def _check(args: argparse.Namespace) -> int:
     repo = gitio.toplevel(Path(args.repo))
     if args.range:
         verdicts = check_range(repo, args.range)
-        scope = f"{len(verdicts)} commit(s) in {args.range}"
+        commits = "commit" if len(verdicts) == 1 else "commits"
+        scope = f"{len(verdicts)} {commits} in {args.range}"
     elif args.staged:
         verdicts = [check_staged(repo, _index_being_committed())]
         scope = "the staged change"
@@ -55,10 +56,9 @@ def _check(args: argparse.Namespace) -> int:
             fixes.append("put pin updates and code changes in separate commits")
         if any(v.links for v in refused):
             fixes.append("keep protected paths regular files and folders, not symlinks")
-        print(
-            f"charpin guard: refused {len(refused)} of {scope}; {' and '.join(fixes)}",
-            file=sys.stderr,
-        )
+        # "refused 1 of 3 commits in A..B", or for the index "refused the staged change".
+        what = f"{len(refused)} of {scope}" if args.range else scope
+        print(f"charpin guard: refused {what}; {' and '.join(fixes)}", file=sys.stderr)
         return EXIT_DRIFT
     print(f"charpin guard: ok, {scope}: no pins changed together with production code")
     return EXIT_CLEAN

@@ -52,6 +52,9 @@ def toplevel(path: Path) -> Path:
     """The work tree root containing path; a clear error outside a repository."""
     done = _git(path, "rev-parse", "--show-toplevel", check=False)
     if done.returncode != 0:
+        refused = gitcmd.refusal(done.stderr, path)
+        if refused is not None:
+            raise UsageError(refused)
         raise UsageError(f"{path} is not inside a git work tree; run charpin guard in a repository")
     return Path(done.stdout.decode("utf-8").strip())
 

@@ -133,3 +133,16 @@ def test_patch_gates_fail_on_protected_paths_entry_points_dependencies_and_scope
 def test_no_evaluated_box_is_incomplete_never_accept() -> None:
     found, _ = gates.patch_gates(gates.PatchFacts())
     assert gates.verdict(found, 0) == "INCOMPLETE"
+
+
+def test_a_test_that_fails_by_its_subtests_names_them() -> None:
+    from charpin_runner.receipt import Subtests
+
+    base = make_receipt("clean")
+    after = change(
+        base,
+        outcomes={**base.outcomes, IDS[0]: "failed"},
+        subtests={IDS[0]: Subtests(passed=5, failed=1, skipped=0, failing=["(n=0)"])},
+    )
+    _, seen = gates.box_gates("clean", base, after)
+    assert [o.what for o in seen] == ["passed on base, failed on patched (failing subtests: (n=0))"]
