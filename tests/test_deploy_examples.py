@@ -418,3 +418,60 @@ def test_deploy_scripts_are_executable_and_well_formed(path: Path) -> None:
         assert interpreter == "#!/usr/bin/env bash", path.name
         assert "\nset -euo pipefail\n" in text, f"{path.name}: a failing step must stop it"
         subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+# --- fleets on a CI engine: one `charpin receipt` per matrix job, one `compare` --------------
+
+GITHUB_FLEET = DEPLOY / "ci/fleet-receipts.yml"
+GITLAB_FLEET = DEPLOY / "ci/fleet-receipts.gitlab-ci.yml"
+FLEETS = (GITHUB_FLEET, GITLAB_FLEET)
+
+
+@pytest.mark.parametrize("path", FLEETS, ids=lambda p: p.name)
+def test_fleet_jobs_name_receipts_by_label_and_compare_the_folder(
+    path: Path, parsers: dict[str, argparse.ArgumentParser]
+) -> None:
+    found = find_invocations(path.read_text(encoding="utf-8"), path.name, parsers)
+    receipts = [i for i in found if i.program == "charpin" and i.args[:1] == ("receipt",)]
+    [receipt] = [i for i in receipts if "--output" in i.args]  # the header only names it
+    args = dict(zip(receipt.args[1::2], receipt.args[2::2], strict=False))
+    # The naming convention: --label <os>-py<python>, file receipt-<label>.json.
+    assert args["--label"] == "$LABEL"
+    assert args["--output"].endswith("/receipt-$LABEL.json")
+    [compare] = [i for i in found if i.program == "charpin-remote" and "--out" in i.args]
+    assert "--record" in compare.args
+    assert compare.args[0] == "compare"
+    assert not compare.args[-1].endswith(".json")  # the folder of every downloaded receipt
+    assert [p for i in found for p in check_invocation(i, parsers)] == []
+
+
+def test_github_fleet_actions_are_pinned_by_full_sha() -> None:
+    uses = [ln for ln in GITHUB_FLEET.read_text(encoding="utf-8").splitlines() if "uses:" in ln]
+    assert any("download-artifact" in ln for ln in uses)
+    for line in uses:
+        assert _SHA_PIN.match(line), f"not pinned by a full commit sha: {line.strip()}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("yaml") is None, reason="PyYAML not installed")
+def test_fleet_workflows_are_valid_yaml_with_a_matrix() -> None:
+    import yaml
+
+    github = yaml.safe_load(GITHUB_FLEET.read_text(encoding="utf-8"))
+    assert github["permissions"] == {}
+    receipt, compare = github["jobs"]["receipt"], github["jobs"]["compare"]
+    assert set(receipt["strategy"]["matrix"]) == {"os", "python"}
+    assert receipt["strategy"]["fail-fast"] is False
+    assert receipt["env"]["LABEL"] == "${{ matrix.os }}-py${{ matrix.python }}"
+    upload = next(s for s in receipt["steps"] if "upload-artifact" in s.get("uses", ""))
+    assert upload["with"]["name"] == "receipt-${{ env.LABEL }}"
+    assert compare["needs"] == "receipt" and "cancelled()" in compare["if"]
+    download = next(s for s in compare["steps"] if "download-artifact" in s.get("uses", ""))
+    assert download["with"]["pattern"] == "receipt-*" and download["with"]["merge-multiple"]
+
+    gitlab = yaml.safe_load(GITLAB_FLEET.read_text(encoding="utf-8"))
+    assert gitlab["stages"] == ["receipt", "compare"]
+    [matrix] = gitlab["receipt"]["parallel"]["matrix"]
+    assert set(matrix) == {"OS", "PYTHON"}
+    assert 'LABEL="${OS}-py${PYTHON}"' in gitlab["receipt"]["script"]
+    assert gitlab["compare"]["needs"] == [{"job": "receipt", "artifacts": True}]
+    assert gitlab["compare"]["when"] == "always"

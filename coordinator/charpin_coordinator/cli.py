@@ -16,6 +16,7 @@ from charpin_runner.climain import Parser, run_main
 _REMOTE = ("run", "hosts", "demo")
 _VERIFY = ("verify", "verify-bundle")
 _HISTORY = ("history",)
+_LEDGER = ("ledger",)  # history/ledger_cli.py: flake evidence from the history
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    everything = command not in (*_REMOTE, *_VERIFY, *_HISTORY, "compare")
+    everything = command not in (*_REMOTE, *_VERIFY, *_HISTORY, *_LEDGER, "compare")
     if everything or command == "compare":
         from charpin_coordinator import compare_cli
 
@@ -48,6 +49,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from charpin_coordinator.history import cli as history_cli
 
         history_cli.add_parsers(sub)
+    if everything or command in _LEDGER:
+        from charpin_coordinator.history import ledger_cli
+
+        ledger_cli.add_parsers(sub)
     return parser
 
 

@@ -27,7 +27,14 @@ def add_parsers(sub: Any) -> None:
         description="Compare receipts. Exit code: bitmask of 1 tests failed, 2 drift or a gate "
         "blocked, 4 a box not evaluated, 8 receipt integrity, 16 vacuous, 64 usage.",
     )
-    parser.add_argument("receipts", nargs="+", type=Path, metavar="RECEIPT")
+    parser.add_argument(
+        "receipts",
+        nargs="+",
+        type=Path,
+        metavar="RECEIPT",
+        help="a receipt file, or a folder standing for every receipt*.json under it (a CI "
+        "fleet's downloaded artifacts; their labels must then be unique)",
+    )
     parser.add_argument(
         "--baseline", metavar="LABEL", help="box to compare against (default: first)"
     )
@@ -74,7 +81,8 @@ def run_compare(args: argparse.Namespace) -> int:
     if (args.history or args.out) and not args.record:
         raise UsageError("--history and --out go with --record; add --record to keep this compare")
     history = _history_before(args) if args.record else None
-    labeled = _load_all(receipts)
+    receipts, fleet = _expand(receipts)
+    labeled = _load_all(receipts, unique=fleet)
     report = build_report(labeled, baseline=args.baseline, expected_commit=args.commit)
     if markdown is not None and markdown != STDOUT:
         from charpin_coordinator.remote.output import write_file
@@ -143,7 +151,29 @@ def _markdown_target(receipts: list[Path], markdown: str | None) -> tuple[list[P
     return receipts, markdown
 
 
-def _load_all(paths: list[Path]) -> list[tuple[str, Receipt]]:
+# A folder RECEIPT stands for these files under it: `receipt-<label>.json` (the CI fleet
+# convention, see deploy/ci/) and a run folder's `<box>/receipt.json`.
+FOLDER_PATTERN = "receipt*.json"
+
+
+def _expand(paths: list[Path]) -> tuple[list[Path], bool]:
+    """The receipt files, each folder replaced by its receipts (sorted by path); and whether a
+    folder was given: a fleet, whose labels must be unique."""
+    files: list[Path] = []
+    fleet = False
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        fleet = True
+        found = sorted(p for p in path.rglob(FOLDER_PATTERN) if p.is_file())
+        if not found:
+            raise UsageError(f"no {FOLDER_PATTERN} under {path}")
+        files.extend(found)
+    return files, fleet
+
+
+def _load_all(paths: list[Path], *, unique: bool = False) -> list[tuple[str, Receipt]]:
     labeled: list[tuple[str, Receipt]] = []
     used: set[str] = set()
     seen: dict[tuple[str, str], Path] = {}
@@ -158,6 +188,12 @@ def _load_all(paths: list[Path]) -> list[tuple[str, Receipt]]:
             )
         seen[key] = path
         label = receipt.label
+        if label in used and unique:
+            first = next(p for p, (lb, _) in zip(paths, labeled, strict=False) if lb == label)
+            raise UsageError(
+                f"label {label!r} is in both {first} and {path}; give each box (matrix job) "
+                "its own --label"
+            )
         if label in used:
             # Two receipts from boxes with the same label stay apart in the report.
             label = f"{label}#{sum(1 for lb in used if lb.split('#')[0] == receipt.label) + 1}"

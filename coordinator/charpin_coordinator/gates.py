@@ -331,16 +331,7 @@ def _parity(label: str, r: Receipt, base: Labeled | None, receipts: Sequence[Lab
     base_label, b = base
     # Blame follows the evidence (#10): tests that differ between boxes only because of files
     # uncommitted (or written) on one box fail that box's gate, not the other's.
-    own = sorted(
-        {
-            _test_file(t)
-            for other_label, other in receipts
-            if other_label != label
-            for name in ("collected", "executed")
-            for t in set(getattr(r.collection, name)) ^ set(getattr(other.collection, name))
-            if _test_file(t) in _dirty(r)
-        }
-    )
+    own = sorted(_own_differences(label, r, receipts))
     if own:
         return (
             "FAIL",
@@ -358,6 +349,26 @@ def _parity(label: str, r: Receipt, base: Labeled | None, receipts: Sequence[Lab
     if problems:
         return "FAIL", "; ".join(problems)
     return "PASS", f"same {len(r.collection.collected)} collected as {base_label}"
+
+
+def _own_differences(label: str, r: Receipt, receipts: Sequence[Labeled]) -> set[str]:
+    """Test files uncommitted or written on this box whose tests differ from another box's.
+
+    Only tests in those files are compared (a test's file decides, so filtering first gives the
+    same answer as filtering the symmetric difference): a clean box costs nothing, and a fleet of
+    N boxes is not N x N full-set differences."""
+    dirty = _dirty(r)
+    found: set[str] = set()
+    if not dirty:
+        return found
+    for name in ("collected", "executed"):
+        mine = {t for t in getattr(r.collection, name) if _test_file(t) in dirty}
+        for other_label, other in receipts:
+            if other_label == label:
+                continue
+            theirs = {t for t in getattr(other.collection, name) if _test_file(t) in dirty}
+            found.update(_test_file(t) for t in mine ^ theirs)
+    return found
 
 
 def _test_file(nodeid: str) -> str:

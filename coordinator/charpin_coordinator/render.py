@@ -15,7 +15,7 @@ import re
 import msgspec
 from charpin_runner.pins.compare import mark_changed_lines
 
-from charpin_coordinator.report import GATES, Dimension, DriftReport, map_strings
+from charpin_coordinator.report import GATES, Dimension, DriftReport, Since, map_strings
 
 # Receipts are untrusted: a label or node id carrying ESC or a newline must not repaint the
 # terminal or forge a line in a PR comment. C0/C1 controls are shown as \xNN instead; the
@@ -71,7 +71,20 @@ def _displayable(report: DriftReport) -> DriftReport:
         msgspec.structs.replace(dim, diff=_diff_shown(raw.diff)) if raw.diff else dim
         for dim, raw in zip(escaped.dimensions, report.dimensions, strict=True)
     ]
-    return msgspec.structs.replace(escaped, dimensions=dimensions)
+    since = escaped.since
+    if since is not None and report.since is not None:
+        boxes = [
+            msgspec.structs.replace(
+                box,
+                dimensions=[
+                    msgspec.structs.replace(d, diff=_diff_shown(r.diff)) if r.diff else d
+                    for d, r in zip(box.dimensions, raw.dimensions, strict=True)
+                ],
+            )
+            for box, raw in zip(since.boxes, report.since.boxes, strict=True)
+        ]
+        since = msgspec.structs.replace(since, boxes=boxes)
+    return msgspec.structs.replace(escaped, dimensions=dimensions, since=since)
 
 
 def _labels(report: DriftReport) -> list[str]:
@@ -172,6 +185,7 @@ def _render_plain(report: DriftReport) -> str:
     tests = _failing_tests(report)
     if tests:
         out += ["", "failing tests (not drift: exit bit 1)"] + [f"  {line}" for line in tests]
+    out += _since_lines(report)
     out += ["", *_footer(report)]
     return "\n".join(line.rstrip() for line in out) + "\n"
 
@@ -283,6 +297,8 @@ def _render_rich(report: DriftReport) -> str:
     console.print(gates)
     for line in _failing(report):
         console.print(cell(line))
+    for line in _since_lines(report)[1:]:
+        console.print(cell(line))
     for line in _footer(report):
         console.print(cell(line, "bold"))
     return buffer.getvalue()
@@ -343,6 +359,7 @@ def render_markdown(report: DriftReport) -> str:
         out += ["", "### Drift", ""]
         for dim in report.dimensions:
             out.extend(_md_dimension(dim, labels))
+    out += _md_since(report)
     out += [""] + [f"> {_md(line)}" for line in _footer(report)]
     return "\n".join(out) + "\n"
 
@@ -367,6 +384,58 @@ def _md_dimension(dim: Dimension, labels: list[str]) -> list[str]:
             out.append(f"\n… {len(dim.matrix) - MAX_ROWS} more rows in drift.json")
     out.append("")
     return out
+
+
+def _since_title(since: Since) -> str:
+    gating = "gating: --gate-against-last" if since.gating else "informational"
+    return f"since (each box against its own earlier receipt, --against {since.against}; {gating})"
+
+
+def _since_lines(report: DriftReport) -> list[str]:
+    """`run --against`: per box, what changed since its reference run on this box."""
+    if report.since is None:
+        return []
+    out = ["", _since_title(report.since)]
+    for box in report.since.boxes:
+        if box.reference is None:
+            out.append(f"  {box.box}: {box.summary}")
+            continue
+        out.append(f"  {box.box}: since {box.reference} on this box · {box.summary}")
+        if box.likely_cause:
+            out.append(f"    likely cause: {box.likely_cause}")
+        out += [f"    new failure: {test}" for test in box.new_failures[:MAX_ROWS]]
+        for dim in box.dimensions:
+            out += [f"  {line}" for line in _plain_dimension(dim, list(_SINCE_LABELS))]
+    return out
+
+
+def _md_since(report: DriftReport) -> list[str]:
+    if report.since is None:
+        return []
+    title = _since_title(report.since)
+    out = ["", f"### {_md('S' + title[1:])}", ""]
+    for box in report.since.boxes:
+        if box.reference is None:
+            out += [f"#### {_md(box.box)}: {_md(box.summary)}", ""]
+            continue
+        out += [
+            f"#### {_md(box.box)}: since {_code(box.reference)} on this box",
+            "",
+            f"- {_md(box.summary)}",
+        ]
+        if box.likely_cause:
+            out.append(f"- **Likely cause:** {_md(box.likely_cause)}")
+        out += [f"- new failure: {_code(test)}" for test in box.new_failures[:MAX_ROWS]]
+        out.append("")
+        for dim in box.dimensions:
+            out.extend(
+                line.replace("#### ", "##### ", 1) if line.startswith("#### ") else line
+                for line in _md_dimension(dim, list(_SINCE_LABELS))
+            )
+    return out
+
+
+_SINCE_LABELS = ("before", "now")
 
 
 def _md(text: str) -> str:

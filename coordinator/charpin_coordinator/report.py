@@ -114,6 +114,29 @@ class Dimension(Base):
     matrix: list[MatrixRow] = msgspec.field(default_factory=list)
 
 
+class SinceBox(Base):
+    """One box compared with its own earlier receipt (`run --against`): the drift builder's
+    dimensions for the pair (earlier, now), with what both receipts share left out."""
+
+    box: str
+    # The earlier run's id; None when this box has no earlier receipt (summary says so).
+    reference: str | None
+    summary: str
+    reference_commit: str | None = None
+    changed: bool = False  # a gating dimension moved since the reference
+    new_failures: list[str] = msgspec.field(default_factory=list)
+    likely_cause: str | None = None  # a Python, pytest or plugin change that coincides
+    dimensions: list[Dimension] = msgspec.field(default_factory=list)
+
+
+class Since(Base):
+    """Drift over time: each box against its own earlier receipt (`run --against REF`)."""
+
+    against: str  # as asked: last, a run id or a commit
+    gating: bool  # --gate-against-last: a box changed since its reference sets exit bit 2
+    boxes: list[SinceBox]
+
+
 class DriftReport(Base):
     """Everything `compare` and `run` conclude from a set of receipts."""
 
@@ -129,6 +152,8 @@ class DriftReport(Base):
     exit_code: int
     exit_bits: list[str]
     version: int = REPORT_VERSION
+    # `run --against`: each box since its own earlier receipt (absent without the flag).
+    since: Since | None = None
 
 
 def map_strings(report: DriftReport, change: Callable[[str], str]) -> DriftReport:

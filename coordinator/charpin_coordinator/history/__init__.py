@@ -14,6 +14,8 @@ Modules, one role each:
     render.py   the read API's answers as text
     hooks.py    where the database is; recording after run, compare --record and verify
     cli.py      `charpin-remote history ...`
+    flaky.py    flake evidence: flaky candidates, the ledger against the history
+    ledger_cli.py `charpin-remote ledger suggest|review`
 
 Read API (for the HTML report and other readers; each call opens and closes the database,
 raises CharpinError with a one-line message, never a sqlite3 error):
@@ -29,7 +31,10 @@ raises CharpinError with a one-line message, never a sqlite3 error):
     outcome_timeline(store_path, nodeid, limit=30) -> OutcomeTimeline
     box_runs(store_path, box, limit=30) -> BoxHistory
 
-Not yet: flaky(store_path, ...).
+Flake evidence (flaky.py, `charpin-remote ledger suggest|review` in ledger_cli.py):
+
+    suggest(store_path) -> Suggestions
+    review(store_path, ledger, today, near_days=14, clean_runs=10) -> Review
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ def _read_box(folder: Path, drift: _Drift) -> BoxRecord:
             evaluated=False,
             reason=f"{kind}: {meta.reason or ''}".rstrip(": "),
         )
-    raw = _read(receipt_path, MAX_RECEIPT_BYTES)
+    raw = read_capped(receipt_path, MAX_RECEIPT_BYTES)
     receipt = load_receipt(raw, source=str(receipt_path))
     label = meta.label or receipt.label
     return BoxRecord(
@@ -284,13 +284,14 @@ def _stamp_time(folder: Path) -> str:
 
 def _decode(path: Path, kind: type[_T], cap: int) -> _T:
     try:
-        return msgspec.json.decode(_read(path, cap), type=kind)
+        return msgspec.json.decode(read_capped(path, cap), type=kind)
     except msgspec.DecodeError as exc:
         raise IntegrityError(f"{path}: not readable as charpin's own file: {exc}") from exc
 
 
-def _read(path: Path, cap: int) -> bytes:
-    """A regular file's bytes, without following a link, at most cap bytes."""
+def read_capped(path: Path, cap: int) -> bytes:
+    """A regular file's bytes, without following a link, at most cap bytes (run folders sit in
+    the repository, where a test on `local` can write). IntegrityError otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:

@@ -102,6 +102,18 @@ def _add_run(sub: Any) -> None:
     )
     add("--junit", type=Path, metavar="FILE", help="also write JUnit XML (box x gate)")
     add(
+        "--against",
+        metavar="REF",
+        help="also compare each box with its own earlier receipt: last (the newest earlier run "
+        "folder with that box), a run id, or a commit (its newest earlier run); shown as its "
+        "own section, never gating unless --gate-against-last",
+    )
+    add(
+        "--gate-against-last",
+        action="store_true",
+        help="a box that changed since its --against reference (default last) sets exit bit 2",
+    )
+    add(
         "--notify",
         metavar="CMD",
         help="after the report, run the shell command CMD with the Markdown report on stdin and "
@@ -170,6 +182,8 @@ def run_remote(args: argparse.Namespace) -> int:
         sandbox=args.sandbox,
         baseline=args.baseline,
         jobs=args.jobs,
+        against=args.against or ("last" if args.gate_against_last else None),
+        gate_against=args.gate_against_last,
     )
     history = history_hooks.locate(options.repo, args.history, lenient=True)
     history_hooks.check(history, [args.run_id] if args.run_id else [])

@@ -39,6 +39,7 @@ from charpin_coordinator.remote.orchestrate import Job, run_all
 from charpin_coordinator.remote.provision import Disposals
 from charpin_coordinator.render import encode_json, render_markdown
 from charpin_coordinator.report import DriftReport, map_strings
+from charpin_coordinator.temporal import Against, resolve_against, since, with_since
 
 DEFAULT_TIMEOUT = 1800.0
 # Needed only once the boxes are done: imported meanwhile, off the critical path.
@@ -71,6 +72,10 @@ class Options:
     config_rev: str | None = None
     patch_sha256: str = ""
     confine: bool = False
+    # `--against REF`: each box also against its own earlier receipt (temporal.py); with
+    # gate_against, a box that changed since then sets exit bit 2.
+    against: str | None = None
+    gate_against: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,7 @@ class Planned:
     baseline: str | None
     jobs: int
     disposals: Disposals = field(default_factory=Disposals)
+    against: Against | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,12 @@ def plan(options: Options) -> Planned:
     specs = resolve_hosts(names, ssh_config=options.ssh_config, extras=extras)
     disposals = Disposals()
     targets = [_target(spec, repo, options, disposals) for spec in specs]
-    return Planned(shared, targets, out_dir, options.baseline, options.jobs, disposals)
+    against = None
+    if options.against is not None:
+        against = resolve_against(
+            options.against, repo=repo, out_dir=out_dir, gating=options.gate_against
+        )
+    return Planned(shared, targets, out_dir, options.baseline, options.jobs, disposals, against)
 
 
 def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = None) -> RunResult:
@@ -160,6 +171,9 @@ def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = 
     report = build_report(
         receipts, baseline=baseline, not_evaluated=missing, expected_commit=shared.snap.commit
     )
+    if planned.against is not None:
+        found = since(receipts, planned.against, out_dir=planned.out_dir, run_id=shared.run_id)
+        report = with_since(report, found)
     # Box output was masked as it arrived; labels and reasons built from it here are masked too,
     # value by value, before any encoding escapes a secret out of recognition.
     report = map_strings(report, shared.redactor.text)
