@@ -142,6 +142,11 @@ def wrap(guard: Guard, argv: list[str], scratch: str | None = None) -> list[str]
     # Later mounts win: what must stay writable is bound again over a read-only parent.
     for path in _existing(tuple(writable)):
         args += ["--bind", path, path]
+    # A read-only path inside a writable one (the repository's `.charpin/`: run folders that
+    # `run --against` and the history read back) is bound again, after it.
+    for path in _existing(plan.read_only):
+        if _inside(path, tuple(writable)):
+            args += ["--ro-bind", path, path]
     for path in _existing(plan.hidden):
         if os.path.isdir(path) and not os.path.islink(path):
             args += ["--tmpfs", path]

@@ -68,3 +68,30 @@ def test_a_conftest_relabelling_a_failure_does_not_get_a_clean_box(
     assert box["interpretation"] == "incomplete", box
     assert "tests/test_many.py::test_bad" in box["failing"]
     assert code & 1
+
+
+@pytest.mark.slow
+def test_a_local_test_cannot_rewrite_earlier_run_folders(tmp_path: Path) -> None:
+    """`run --against` and the history read earlier run folders back from the repository's
+    `.charpin/`: under bubblewrap a test on `local` cannot rewrite them (the rest of the
+    repository stays writable)."""
+    from tests.hostile.harness import require_bwrap
+
+    require_bwrap()
+    attempt = tmp_path / "attempt"
+    body = (
+        "    import pathlib\n"
+        "    for target in (pathlib.Path('.charpin/runs/r0/local/receipt.json'),\n"
+        "                   pathlib.Path('scratch.txt')):\n"
+        "        try:\n"
+        "            target.parent.mkdir(parents=True, exist_ok=True)\n"
+        "            target.write_text('forged')\n"
+        f"            open({str(attempt)!r}, 'a').write('wrote ' + str(target) + '\\n')\n"
+        "        except OSError:\n"
+        f"            open({str(attempt)!r}, 'a').write('refused ' + str(target) + '\\n')\n"
+    )
+    repo = repo_with(tmp_path / "repo", {"tests/test_forge.py": "def test_forge():\n" + body})
+    run(repo, "local")
+    lines = attempt.read_text().splitlines()
+    assert "refused .charpin/runs/r0/local/receipt.json" in lines, lines
+    assert "wrote scratch.txt" in lines, lines

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import charpin_runner
 from charpin_runner.box.layout import cache_root
+from charpin_runner.owndir import OWN, ensure_folder
 
 from charpin_coordinator import statedir
 from charpin_coordinator.remote.boxrun import BoxTarget
@@ -82,6 +83,12 @@ def clean_target(
     )
 
 
+def _own_folder(repo: Path) -> str:
+    """The repository's `.charpin/`, made first (a test must not make it, or a link there)."""
+    ensure_folder(repo, repo / OWN)
+    return str(repo / OWN)
+
+
 def coordinator_secrets() -> tuple[str, ...]:
     """What tests on this machine must not even read: the key of verify's reuse records."""
     from charpin_coordinator.verify.reuse import KEY_FILE
@@ -126,6 +133,8 @@ def local_target(label: str, repo: Path, *, timeout: float | None = None) -> Box
         python=sys.executable,
         timeout=timeout,
         in_place=str(repo),
-        read_only=coordinator_paths() + caches,
+        # The repository's .charpin/ too: earlier run folders and the history are read back
+        # later (`run --against`, `history`), so its tests must not be able to rewrite them.
+        read_only=coordinator_paths() + caches + (_own_folder(repo),),
         hidden=coordinator_secrets(),
     )
