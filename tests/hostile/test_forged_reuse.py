@@ -45,9 +45,12 @@ def test_plant():
     done = {}
     for rel, data in plan["repo_files"].items():
         target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(base64.b64decode(data))
-        done[rel] = "written"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(base64.b64decode(data))
+            done[rel] = "written"
+        except OSError as exc:  # under bubblewrap the repository's .charpin/ is read-only
+            done[rel] = "refused " + type(exc).__name__
     state = plan.get("state")
     if state:
         root_dir = Path(state["root"])
@@ -105,7 +108,7 @@ def _config_sha(repo: Path, base: str) -> str:
     return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
 
 
-def _plant(repo: Path, state: dict[str, Any] | None) -> dict[str, Any]:
+def _plant(repo: Path, state: dict[str, Any] | None, *extra: str) -> dict[str, Any]:
     """Run the suite on `local` with the attack's payload in place; what the attack did."""
     base = git(repo, "rev-parse", "HEAD")
     forged = _forged_receipt(base, git(repo, "rev-parse", "HEAD^{tree}"))
@@ -132,7 +135,7 @@ def _plant(repo: Path, state: dict[str, Any] | None) -> dict[str, Any]:
         }
     (repo / "attack").mkdir()
     (repo / "attack" / "payload.json").write_text(json.dumps(payload))
-    run(repo, "local", run_id="planted")
+    run(repo, "local", *extra, run_id="planted")
     mark = repo / "attack" / "mark.json"
     assert mark.is_file(), "the planting test did not run: nothing was tested"
     done: dict[str, Any] = json.loads(mark.read_text())
@@ -165,7 +168,9 @@ def test_a_reuse_record_planted_in_the_repository_is_never_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     repo = _repo(tmp_path)
-    done = _plant(repo, None)
+    # Without the sandbox, so that the record really lands in the repository (under bubblewrap
+    # its .charpin/ is read-only): verify must not read it either way.
+    done = _plant(repo, None, "--sandbox", "off")
     assert (repo / ".charpin/verify" / FORGED_ID / "reuse.json").is_file(), done
     report = _verify_breaking_patch(repo, tmp_path)
     # Trusted, the planted base would have said ACCEPT (test_add "already failing").
@@ -194,6 +199,9 @@ def test_a_local_run_cannot_write_a_reuse_record_into_the_state_folder(tmp_path:
     before = _snapshot(root)
     done = _plant(repo, {"root": str(root), "repo_key": repo_key(repo)})
     assert "store" in done, done
+    # Under bubblewrap the repository's .charpin/ is read-only too: no record lands there.
+    planted = done[f".charpin/verify/{FORGED_ID}/reuse.json"]
+    assert planted.startswith("refused"), done
     assert _snapshot(root) == before, f"the test changed the state folder: {done}"
     report = _verify_breaking_patch(repo, tmp_path)
     assert report["base_from"] == "", "a forged record in the state folder was reused"
