@@ -73,6 +73,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="deselect the tests frozen in this flake ledger (exact node ids).",
     )
     group.addoption(
+        "--charpin-frozen-only",
+        dest="charpin_frozen_only",
+        action="store_true",
+        default=False,
+        help="run only the tests the ledger freezes (charpin's side run, --include-frozen).",
+    )
+    group.addoption(
         "--charpin-today",
         dest="charpin_today",
         metavar="YYYY-MM-DD",
@@ -355,6 +362,8 @@ class Probe:
         )
         self.today = _today(config.getoption("charpin_today"))
         self.ledger = self._load_ledger(config.getoption("charpin_ledger"))
+        # The side run of --include-frozen: the ledger's frozen ids are the only ones kept.
+        self.frozen_only = bool(config.getoption("charpin_frozen_only"))
         self.collecting = False
         self.collected: list[str] = []
         self.order: list[str] = []
@@ -471,7 +480,10 @@ class Probe:
             self._emit_collection(self._merge_workers())
         for nodeid in sorted(self.phases):
             self._finish_test(nodeid, self.phases.pop(nodeid))
-        leaked = sorted(self.frozen & self.executed)
+        # In the side run, a leak is a test that ran although the ledger does not freeze it.
+        leaked = sorted(
+            self.executed - self.frozen if self.frozen_only else self.frozen & self.executed
+        )
         self._emit(
             {
                 "kind": "finish",
@@ -597,7 +609,8 @@ class Probe:
         keep: list[pytest.Item] = []
         removed: list[pytest.Item] = []
         for item in items:
-            (removed if self._id(item.nodeid) in self.frozen else keep).append(item)
+            frozen = self._id(item.nodeid) in self.frozen
+            (removed if frozen != self.frozen_only else keep).append(item)
         if removed:
             items[:] = keep
             # Deselect, never skip: the frozen test leaves the run the way `--deselect` does.

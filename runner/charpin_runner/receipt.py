@@ -256,6 +256,26 @@ class Imported:
 
 
 @dataclass(frozen=True)
+class FrozenRerun:
+    """The ledger's frozen tests, run on the side after every measurement of the run
+    (`charpin receipt --include-frozen`), to gather evidence for unfreezing them (added in 0.3).
+
+    Outside every gate: nothing here changes the receipt's other fields, which were measured
+    before this side run started. clean is True when the side run ended `ok`, every frozen test
+    it was asked for passed, and it changed no watched fixture.
+    """
+
+    requested: list[str]
+    outcomes: dict[str, Outcome]
+    interpretation: Interpretation
+    status: int
+    fixtures_changed: list[str]
+    wall_seconds: float
+    clean: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Receipt:
     """One box, one run. Outcomes are as reported by the test process; the rest is measured.
 
@@ -284,6 +304,8 @@ class Receipt:
     subtests: dict[str, Subtests] = field(default_factory=dict)
     # Set only on a receipt imported from another harness's record (added in 0.2).
     imported: Optional[Imported] = None
+    # The frozen tests' side run, when asked for with --include-frozen (added in 0.3).
+    frozen_rerun: Optional[FrozenRerun] = None
 
 
 def to_dict(receipt: Receipt) -> dict[str, Any]:

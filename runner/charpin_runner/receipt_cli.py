@@ -59,6 +59,12 @@ def add_parsers(sub: Any) -> None:
     add("--today", metavar="YYYY-MM-DD", help="date used for ledger expiry (default: UTC today)")
     add("--no-pins", action="store_true", help="do not replay pins")
     add(
+        "--include-frozen",
+        action="store_true",
+        help="after the run is measured, run the tests the flake ledger freezes on their own "
+        "and record their outcomes as frozen_rerun (evidence for unfreezing; never gated)",
+    )
+    add(
         "--prepared",
         action="store_true",
         help="the checkout was verified equal to the commit before `prepare` ran in it: what "
@@ -234,6 +240,7 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
         host_key_accepted_new=bool(args.host_key_accepted_new),
         replay_pins=not args.no_pins,
         prepared=bool(args.prepared),
+        include_frozen=bool(args.include_frozen),
         watch_given=watch_given(repo, Path(args.config_json) if args.config_json else None),
         extra=extra,
     )
@@ -288,7 +295,8 @@ def _shown_path(path: Path) -> str:
 
 
 def summary_lines(receipt: Receipt, path: str) -> list[str]:
-    """The five-line summary printed after a run; a sixth line when pins were replayed."""
+    """The five-line summary printed after a run; one more line when pins were replayed, and
+    one when the frozen tests were re-run on the side."""
     col, fx, ex = receipt.collection, receipt.fixtures, receipt.exit
     dirty = len(receipt.tree.dirty_before)
     counts = [(o, sum(1 for v in receipt.outcomes.values() if v == o)) for o in OUTCOMES]
@@ -297,16 +305,31 @@ def summary_lines(receipt: Receipt, path: str) -> list[str]:
     if subtests:
         sub = [(k, sum(getattr(s, k) for s in subtests)) for k in ("passed", "failed", "skipped")]
         outcomes += " · subtests " + ", ".join(f"{n} {k}" for k, n in sub if n)
+    return (
+        [
+            f"charpin receipt {receipt.run_id} · label {receipt.label} · "
+            f"commit {receipt.identity.head_before[:7]} · {dirty} dirty path{_plural(dirty)}",
+            f"tests     collected {len(col.collected)} · ledger-deselected {len(col.deselected)}"
+            f" · selected {len(col.selected)} · executed {len(col.executed)}",
+            f"outcomes  {outcomes}",
+            f"fixtures  {', '.join(fx.roots) or 'none watched'}: {len(fx.after)} file"
+            f"{_plural(len(fx.after))} · " + _fixture_changes(receipt),
+            f"exit      {ex.status} → {ex.interpretation} · receipt {path}",
+        ]
+        + ([_pins_line(receipt)] if receipt.pins.replayed else [])
+        + _frozen_line(receipt)
+    )
+
+
+def _frozen_line(receipt: Receipt) -> list[str]:
+    side = receipt.frozen_rerun
+    if side is None:
+        return []
+    passed = sum(1 for nodeid in side.requested if side.outcomes.get(nodeid) == "passed")
+    verdict = "clean" if side.clean else f"not clean: {side.reasons[0] if side.reasons else '?'}"
     return [
-        f"charpin receipt {receipt.run_id} · label {receipt.label} · "
-        f"commit {receipt.identity.head_before[:7]} · {dirty} dirty path{_plural(dirty)}",
-        f"tests     collected {len(col.collected)} · ledger-deselected {len(col.deselected)}"
-        f" · selected {len(col.selected)} · executed {len(col.executed)}",
-        f"outcomes  {outcomes}",
-        f"fixtures  {', '.join(fx.roots) or 'none watched'}: {len(fx.after)} file"
-        f"{_plural(len(fx.after))} · " + _fixture_changes(receipt),
-        f"exit      {ex.status} → {ex.interpretation} · receipt {path}",
-    ] + ([_pins_line(receipt)] if receipt.pins.replayed else [])
+        f"frozen    re-run outside the gate: {passed} of {len(side.requested)} passed · {verdict}"
+    ]
 
 
 def _pins_line(receipt: Receipt) -> str:

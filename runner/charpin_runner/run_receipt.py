@@ -39,6 +39,7 @@ from charpin_runner.receipt import (
     Collection,
     Environment,
     Exit,
+    FrozenRerun,
     Identity,
     Outcome,
     PinResult,
@@ -75,6 +76,8 @@ class Request:
     kill_adopted: bool = False
     # What the test command must not be able to write (see sandbox.py); off for library callers.
     sandbox: sandbox_mod.Plan = field(default_factory=lambda: sandbox_mod.Plan(mode="off"))
+    # Run the ledger's frozen tests on the side once everything else is measured (FrozenRerun).
+    include_frozen: bool = False
 
 
 def produce(request: Request, stop: StopFlag) -> Receipt:
@@ -84,6 +87,7 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     ledger = ledger_path(repo, config)
     ledger_sha = fixtures.hash_file(str(repo / ledger)) if ledger else None
     started_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    began = time.monotonic()
     git_before = gitstate.read_state(repo)
     if git_before.head == gitstate.UNRESOLVED:
         raise UsageError(f"{repo} has no commit checked out (HEAD does not resolve); commit first")
@@ -100,6 +104,11 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     # first, before git (the one other program we run) gets a chance to do anything.
     fx_after = fixtures.snapshot(repo, roots)
     git_after, after_reasons = _state_after(repo, git_before)
+    side = None
+    if request.include_frozen and not stop.requested and not run.ending.timed_out:
+        # After every measurement above, so nothing a frozen test does can reach them; before
+        # the sandbox is finished, so what it writes where it must not is caught all the same.
+        side = _frozen_rerun(request, ledger, stop, guard, run.probe, fx_after, began)
     reasons = sandbox_mod.finish(guard) + after_reasons + reasons
     if ledger_sha and run.probe.ledger.sha256 and run.probe.ledger.sha256 != ledger_sha:
         reasons.append("the ledger the probe read differs from the one charpin hashed before")
@@ -129,6 +138,7 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
             id_root=_id_root(request.repo, run.probe),
         ),
         subtests={k: v for k, v in sorted(run.probe.subtests.items()) if k in run.probe.outcomes},
+        frozen_rerun=side,
     )
     # Test ids, conftest paths and notes come from the child and may carry undecodable bytes
     # from file names; the receipt must be valid UTF-8 JSON, so they get the paths' escape.
@@ -172,12 +182,18 @@ class _TestRun:
 
 
 def _run_tests(
-    request: Request, ledger: str | None, stop: StopFlag, guard: sandbox_mod.Guard
+    request: Request,
+    ledger: str | None,
+    stop: StopFlag,
+    guard: sandbox_mod.Guard,
+    *,
+    frozen_only: bool = False,
+    timeout: float | None = None,
 ) -> _TestRun:
     """Run the test command with the probe writing to a scratch folder outside the repository."""
     with tempfile.TemporaryDirectory(prefix="charpin-probe-") as tmp:
         probe_path = Path(tmp) / "probe.jsonl"
-        argv = build_command(request, probe_path, ledger)
+        argv = build_command(request, probe_path, ledger, frozen_only=frozen_only)
         env = child_env(Path(tmp))
         if guard.used:
             _startable(argv[0], request.repo, env)
@@ -186,7 +202,7 @@ def _run_tests(
             sandbox_mod.wrap(guard, argv, scratch=tmp),
             request.repo,
             env,
-            request.timeout,
+            request.timeout if timeout is None else timeout,
             stop,
             request.kill_adopted,
         )
@@ -197,6 +213,59 @@ def _run_tests(
             wall=wall,
             probe=read_probe(probe_path),
         )
+
+
+# A side run needs at least this long; with less left of --timeout it is not started.
+_SIDE_MIN_SECONDS = 1.0
+
+
+def _frozen_rerun(
+    request: Request,
+    ledger: str | None,
+    stop: StopFlag,
+    guard: sandbox_mod.Guard,
+    main: ProbeData,
+    fx_main: fixtures.Snapshot,
+    began: float,
+) -> FrozenRerun | None:
+    """Run the frozen tests alone (--include-frozen) and say whether they ran clean."""
+    requested = sorted(main.ledger.frozen)
+    if ledger is None or not requested:
+        return None
+    left = None
+    if request.timeout is not None:
+        left = request.timeout - (time.monotonic() - began)
+        if left < _SIDE_MIN_SECONDS:
+            reason = "not run: nothing was left of --timeout after the measured run"
+            return FrozenRerun(requested, {}, "timed-out", -1, [], 0.0, False, [reason])
+    side = _run_tests(request, ledger, stop, guard, frozen_only=True, timeout=left)
+    if request.kill_adopted:
+        kill_adopted()
+    moved = fixtures.diff(fx_main, fixtures.snapshot(request.repo, fx_main.roots))
+    changed = sorted(
+        set(moved.added + moved.removed + moved.changed + moved.type_changed + moved.mode_changed)
+    )
+    ending = Ending(side.ending.status, side.ending.timed_out, stop.requested, left)
+    ended = interpret(ending, side.probe)
+    outcomes = {k: cast(Outcome, v) for k, v in side.probe.outcomes.items() if v in OUTCOMES}
+    reasons = list(ended.reasons)
+    not_passed = [nodeid for nodeid in requested if outcomes.get(nodeid) != "passed"]
+    if not_passed:
+        shown = ", ".join(f"{n} ({outcomes.get(n, 'not run')})" for n in not_passed[:5])
+        reasons.append(f"{len(not_passed)} frozen tests did not pass: {shown}")
+    if changed:
+        reasons.append(f"the side run changed watched fixtures: {', '.join(changed[:5])}")
+    clean = ended.interpretation == "ok" and not not_passed and not changed
+    return FrozenRerun(
+        requested=requested,
+        outcomes=dict(sorted(outcomes.items())),
+        interpretation=ended.interpretation,
+        status=side.ending.status,
+        fixtures_changed=changed,
+        wall_seconds=side.wall,
+        clean=clean,
+        reasons=reasons,
+    )
 
 
 def _startable(program: str, repo: Path, env: dict[str, str]) -> None:
@@ -288,7 +357,9 @@ def ledger_path(repo: Path, config: CharpinConfig) -> str | None:
     return None
 
 
-def build_command(request: Request, probe: Path, ledger: str | None) -> list[str]:
+def build_command(
+    request: Request, probe: Path, ledger: str | None, *, frozen_only: bool = False
+) -> list[str]:
     """The full test command line: the configured command plus the probe plugin's options."""
     config = request.config
     argv = list(config.test_command or [sys.executable, "-m", "pytest"])
@@ -299,6 +370,8 @@ def build_command(request: Request, probe: Path, ledger: str | None) -> list[str
     argv += [f"--charpin-root={request.repo}"]
     if ledger is not None:
         argv += [f"--charpin-ledger={request.repo / ledger}"]
+        if frozen_only:
+            argv.append("--charpin-frozen-only")
     today = request.today or datetime.now(timezone.utc).date().isoformat()
     argv += [f"--charpin-today={today}", "-p", "no:cacheprovider"]
     return argv + list(config.pytest_args) + list(request.extra)
@@ -346,9 +419,7 @@ def _state_after(repo: Path, before: gitstate.GitState) -> tuple[gitstate.GitSta
     return after, gitstate.run_findings(before, after)
 
 
-def _replay_pins(
-    request: Request, guard: sandbox_mod.Guard, skip: bool
-) -> tuple[Pins, list[str]]:
+def _replay_pins(request: Request, guard: sandbox_mod.Guard, skip: bool) -> tuple[Pins, list[str]]:
     none = Pins(source=None, replayed=False, results=[])
     if skip or not request.replay_pins:
         return none, []
@@ -445,6 +516,7 @@ def _quarantine(probe: ProbeData, ledger: str | None, ledger_sha: str | None) ->
 
 def _recorded_command(argv: list[str], probe: Path, repo: Path) -> list[str]:
     """argv with the per-run paths replaced, so two boxes' commands compare equal."""
+
     def swap(arg: str) -> str:
         name, eq, value = arg.partition("=")
         if eq and name.startswith("--charpin-"):

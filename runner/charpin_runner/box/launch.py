@@ -91,6 +91,8 @@ def receipt_argv(
         argv += ["--snapshot-sha256", str(request["snapshot_sha256"])]
     if request.get("confine"):
         argv.append("--confine")
+    if request.get("include_frozen"):
+        argv.append("--include-frozen")
     if request.get("patch_sha256"):
         argv += ["--patch-sha256", str(request["patch_sha256"])]
     if request.get("host_key_fingerprint"):

@@ -1,0 +1,115 @@
+"""`charpin receipt --include-frozen`: the frozen tests run on the side, after every measurement.
+
+Real subprocesses, a real repository, the real plugin. The side run must leave the receipt of
+record exactly as a run without it would be, and say honestly whether the frozen tests ran clean.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.runner.test_receipt_cmd import add_test, charpin, only_receipt
+
+FLAKY = "tests/test_frozen.py::test_frozen"
+OTHER = "tests/test_frozen.py::test_other"
+
+
+def freeze(repo: Path, body: str, *, ids: tuple[str, ...] = (FLAKY,)) -> None:
+    """Commit a test file and a ledger freezing ids."""
+    entries = [
+        {"id": nodeid, "reason": "flaky on CI", "owner": "ana", "expires": "2099-01-01"}
+        for nodeid in ids
+    ]
+    (repo / ".charpin-ledger.json").write_text(json.dumps({"version": 1, "entries": entries}))
+    (repo / "pyproject.toml").write_text('[tool.charpin]\nledger = ".charpin-ledger.json"\n')
+    add_test(repo, "test_frozen.py", body)
+
+
+def side(receipt: dict[str, Any]) -> dict[str, Any]:
+    found = receipt["frozen_rerun"]
+    assert isinstance(found, dict)
+    return found
+
+
+PASSING = "def test_frozen():\n    pass\n\ndef test_other():\n    pass\n"
+
+
+def test_frozen_tests_run_on_the_side_and_the_receipt_of_record_is_unchanged(
+    git_repo: Path,
+) -> None:
+    freeze(git_repo, PASSING)
+    plain = charpin(git_repo, "--run-id", "r-plain", "-o", str(git_repo.parent / "plain.json"))
+    assert plain.returncode == 0, plain.stderr
+    result = charpin(git_repo, "--run-id", "r-side", "--include-frozen")
+    assert result.returncode == 0, result.stderr
+    receipt = only_receipt(git_repo)
+    before = json.loads((git_repo.parent / "plain.json").read_text())
+    # The receipt of record: the frozen test deselected and never executed, as without the flag.
+    assert FLAKY not in receipt["collection"]["executed"]
+    assert receipt["outcomes"] == before["outcomes"]
+    assert receipt["quarantine"]["frozen"] == [FLAKY] and receipt["quarantine"]["leaked"] == []
+    assert before["frozen_rerun"] is None
+    rerun = side(receipt)
+    assert rerun["requested"] == [FLAKY]
+    assert rerun["outcomes"] == {FLAKY: "passed"}
+    assert rerun["interpretation"] == "ok" and rerun["clean"] is True
+    assert rerun["reasons"] == [] and rerun["fixtures_changed"] == []
+    assert "frozen    re-run outside the gate: 1 of 1 passed · clean" in result.stdout
+
+
+def test_a_failing_frozen_test_is_not_clean_and_never_fails_the_run(git_repo: Path) -> None:
+    freeze(git_repo, "def test_frozen():\n    assert False\n\ndef test_other():\n    pass\n")
+    result = charpin(git_repo, "--run-id", "r-fail", "--include-frozen")
+    assert result.returncode == 0, result.stderr
+    receipt = only_receipt(git_repo)
+    assert receipt["exit"]["interpretation"] == "ok"
+    rerun = side(receipt)
+    assert rerun["outcomes"] == {FLAKY: "failed"}
+    assert rerun["clean"] is False and rerun["interpretation"] == "failed"
+    assert any("did not pass" in reason and FLAKY in reason for reason in rerun["reasons"])
+
+
+def test_a_frozen_test_that_mutates_a_fixture_is_not_clean_and_the_run_stays_clean(
+    git_repo: Path,
+) -> None:
+    body = (
+        "from pathlib import Path\n\n"
+        "def test_frozen():\n"
+        "    Path('tests/fixtures/rates.json').write_text('{}')\n\n"
+        "def test_other():\n    pass\n"
+    )
+    freeze(git_repo, body)
+    result = charpin(git_repo, "--run-id", "r-mut", "--include-frozen")
+    assert result.returncode == 0, result.stderr
+    receipt = only_receipt(git_repo)
+    # Measured before the side run: the receipt of record saw no fixture move.
+    assert receipt["fixtures"]["changed"] == [] and receipt["exit"]["interpretation"] == "ok"
+    rerun = side(receipt)
+    assert rerun["outcomes"] == {FLAKY: "passed"}
+    assert rerun["fixtures_changed"] == ["tests/fixtures/rates.json"]
+    assert rerun["clean"] is False
+
+
+def test_a_parametrized_family_runs_whole_and_only_it(git_repo: Path) -> None:
+    body = (
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('n', [1, 2])\n"
+        "def test_frozen(n):\n    assert n\n\n"
+        "def test_frozen_other():\n    pass\n"
+    )
+    freeze(git_repo, body)
+    result = charpin(git_repo, "--run-id", "r-fam", "--include-frozen")
+    assert result.returncode == 0, result.stderr
+    rerun = side(only_receipt(git_repo))
+    family = [f"{FLAKY}[1]", f"{FLAKY}[2]"]
+    # Exact: `test_frozen_other` shares the prefix and must not join the side run.
+    assert rerun["requested"] == family
+    assert sorted(rerun["outcomes"]) == family and rerun["clean"] is True
+
+
+def test_no_ledger_or_nothing_frozen_means_no_side_run(git_repo: Path) -> None:
+    result = charpin(git_repo, "--run-id", "r-none", "--include-frozen")
+    assert result.returncode == 0, result.stderr
+    assert only_receipt(git_repo)["frozen_rerun"] is None
