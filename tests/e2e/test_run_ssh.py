@@ -14,6 +14,7 @@ import pytest
 from charpin_coordinator.cli import main
 
 from tests.conftest import git, make_repo
+from tests.py39 import PY39, needs_py39
 from tests.sshd import SshBox, SshdFactory
 
 pytestmark = pytest.mark.ssh
@@ -350,10 +351,7 @@ def _working_in(folder: Path) -> list[int]:
     return found
 
 
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
-
-
-@pytest.mark.skipif(not PY39.exists(), reason="no Python 3.9 interpreter on this machine")
+@needs_py39(venv=True)
 def test_every_box_step_runs_on_python_39(sshd_factory: SshdFactory, tmp_path: Path) -> None:
     box = sshd_factory(name="old", alias="old")
     # A 3.9 venv without pytest: the runner runs, pytest cannot start, the receipt says so.

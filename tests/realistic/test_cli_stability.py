@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_repo
+from tests.py39 import PY39, needs_py39
 
 RUNNER = str(Path(__file__).resolve().parents[2] / "runner")
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 GETTEXT_KEYS = {"LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"}
 
 CONVERTER = '''\
@@ -257,7 +257,7 @@ def test_a_click_cli_records_help_errors_and_runs(tmp_path: Path) -> None:
     assert recorded["greet-run"]["stdout"] == "HELLO ANN\nHELLO ANN\n"
 
 
-@pytest.mark.skipif(not PY39.exists(), reason="Python 3.9 is not installed here")
+@needs_py39()
 def test_the_stdlib_clis_record_on_a_python39_target(tmp_path: Path) -> None:
     """On 3.9 os and _collections_abc are plain files, not frozen: the attribution still holds."""
     repo = _cli_repo(tmp_path / "tools", f'[tool.charpin.pins]\npython = "{PY39}"\n')

@@ -11,9 +11,9 @@ from charpin_runner.cli import main
 from charpin_runner.guard.protect import is_doc
 
 from tests.conftest import git, make_repo
+from tests.py39 import PY39, needs_py39
 
 RUNNER_ROOT = Path(__file__).resolve().parents[2] / "runner"
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 
 PYPROJECT = (
     '[project]\nname = "shop"\nversion = "1"\ndependencies = []\n\n'
@@ -322,7 +322,7 @@ def test_pre_commit_framework_manifest_runs_the_guard() -> None:
     assert "pass_filenames: false" in manifest and "always_run: true" in manifest
 
 
-@pytest.mark.skipif(not PY39.exists(), reason="Python 3.9 is not installed here")
+@needs_py39()
 def test_guard_on_python_39_compares_the_table_text(repo: Path) -> None:
     (repo / "pyproject.toml").write_text(PYPROJECT + "timeout = 9\n")
     (repo / "app.py").write_text("print('v2')\n")

@@ -13,8 +13,9 @@ from charpin_runner.config import CharpinConfig
 from charpin_runner.inventory.build import build_inventory
 from charpin_runner.inventory.model import Entry, Inventory, find
 
+from tests.py39 import PY39, needs_py39
+
 RUNNER_ROOT = Path(__file__).resolve().parents[2] / "runner"
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 
 TREE = {
     "pyproject.toml": (
@@ -280,7 +281,7 @@ def test_setup_py_entry_points_built_in_a_try_block_and_passed_as_kwargs(tmp_pat
     assert [(e.name, e.target, e.line) for e in scripts] == [("pyflakes", "pyflakes.api:main", 8)]
 
 
-@pytest.mark.skipif(not PY39.exists(), reason="Python 3.9 is not installed here")
+@needs_py39()
 def test_runs_on_python_39_and_reads_the_script_tables_without_tomllib(shop: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(RUNNER_ROOT)}
     done = subprocess.run(

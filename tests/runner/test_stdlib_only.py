@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.py39 import PY39, needs_py39
+
 RUNNER = Path(__file__).resolve().parents[2] / "runner"
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 # plugin.py imports pytest by design; __main__ runs the CLI on import.
 EXEMPT = {"charpin_runner.plugin", "charpin_runner.__main__"}
 
@@ -78,7 +79,7 @@ def test_runner_imports_only_stdlib_on_this_python() -> None:
     assert non_stdlib(sys.executable) == {}
 
 
-@pytest.mark.skipif(not PY39.exists(), reason=f"{PY39} is not installed on this machine")
+@needs_py39()
 def test_runner_imports_only_stdlib_on_python_39() -> None:
     assert non_stdlib(str(PY39)) == {}
 

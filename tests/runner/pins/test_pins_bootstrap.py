@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR
+
+from tests.py39 import pythons
 
 TARGET = """\
 import os, sys
@@ -38,8 +39,7 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
     return subprocess.run(argv, capture_output=True, env=env, cwd=cwd, timeout=60, check=False)
 
 
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
-PYTHONS = [sys.executable] + ([str(PY39)] if PY39.exists() else [])
+PYTHONS = pythons()
 
 
 @pytest.mark.parametrize("python", PYTHONS)

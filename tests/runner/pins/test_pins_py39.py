@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+from tests.py39 import PY39, needs_py39
+
 RUNNER = Path(__file__).resolve().parents[3] / "runner"
 
 
@@ -24,7 +25,7 @@ def _charpin(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.skipif(not PY39.exists(), reason="Python 3.9 is not installed here")
+@needs_py39()
 def test_record_check_and_cover_on_python39(messy_repo: Path) -> None:
     done = _charpin(messy_repo, "record")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -4,7 +4,6 @@ behave as `python -m MODULE` and an installed console script do."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,9 @@ from charpin_runner.pins.crash import find_crash
 from charpin_runner.pins.model import Case, Observation
 from charpin_runner.pins.targets import default_pythonpath, python_shebang, start
 
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
-PYTHONS = [sys.executable] + ([str(PY39)] if PY39.exists() else [])
+from tests.py39 import pythons
+
+PYTHONS = pythons()
 
 CLI = """\
 import os, sys
