@@ -21,6 +21,7 @@ _COMMANDS = {
     "import": "charpin_runner.import_cli",
     "inventory": "charpin_runner.inventory.cli",
     "guard": "charpin_runner.guard.cli",
+    "ledger": "charpin_runner.ledger_cli",
     "box": "charpin_runner.box_cli",
 }
 
