@@ -7,7 +7,7 @@ from pathlib import Path
 
 from charpin_runner.errors import CharpinError
 
-from charpin_coordinator.html_report import FlakyTest, TrendPoint, box_clean
+from charpin_coordinator.html_report import FlakyTest, TrendPoint, box_change, box_clean
 from charpin_coordinator.report import DriftReport
 
 TREND_RUNS = 30  # earlier runs per box in the trend
@@ -43,7 +43,10 @@ def history_sections(history: Path | None, report: DriftReport, run_id: str) -> 
         except _HISTORY_ERRORS:
             earlier = []  # a box the history has not seen yet (or an unreadable database)
         clean, why = box_clean(report, label)
-        trend[label] = [*earlier, TrendPoint(run_id, "this run", clean, why)]
+        # Only this run says whether the box changed since its earlier receipt (the report's
+        # since section); the database keeps no such mark, so earlier nights stay unmarked.
+        changed, since = box_change(report, label)
+        trend[label] = [*earlier, TrendPoint(run_id, "this run", clean, why, changed, since)]
     flaky: list[FlakyTest] = []
     for box in report.boxes:
         for test in box.failing[:FLAKY_CHECKED]:

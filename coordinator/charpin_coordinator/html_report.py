@@ -11,7 +11,14 @@ from typing import NamedTuple
 
 from charpin_runner import __version__
 
-from charpin_coordinator.report import GATES, MAX_FAILING, Dimension, DriftReport
+from charpin_coordinator.report import (
+    GATES,
+    MAX_FAILING,
+    Dimension,
+    DriftReport,
+    Since,
+    SinceBox,
+)
 
 # Receipt text is data. Everything a receipt, a label or a file name can carry is escaped with
 # html.escape (so no tag, attribute or entity reaches the page), and what would be invisible or
@@ -74,6 +81,12 @@ pre { background: #f6f8fa; padding: .6rem; overflow-x: auto; border: 1px solid #
 .diff .add { color: #116329; } .diff .del { color: #a40e26; } .diff .hunk { color: #8250df; }
 .trend span { display: inline-block; min-width: 1.3em; text-align: center; margin: 1px;
   border-radius: 3px; }
+.trend span.changed { outline: 2px solid #8250df; outline-offset: -2px; }
+h4 { font-size: .95rem; margin: .8rem 0 .3rem; }
+.since-box { margin: .6rem 0 1.4rem; padding-left: .8rem; border-left: 3px solid #d0d7de; }
+.since-box.changed { border-left-color: #cf222e; }
+.cause { display: inline-block; padding: .2rem .5rem; border-radius: 4px; }
+#since-table a { color: inherit; }
 ul { margin: .3rem 0; padding-left: 1.3rem; }
 .more { font-style: italic; color: #57606a; }
 footer { margin-top: 2.5rem; color: #57606a; font-size: 12px; }
@@ -82,12 +95,16 @@ footer { margin-top: 2.5rem; color: #57606a; font-size: 12px; }
 
 class TrendPoint(NamedTuple):
     """One night of one box, as the history gives it: clean (every gate PASS, no failing test)
-    or not. `note` says why not, when known."""
+    or not. `note` says why not, when known. `changed`: whether the box changed since its own
+    earlier receipt (`run --against`), None when that night did not compare; `since` says
+    with what and how."""
 
     run_id: str
     started_at: str
     clean: bool
     note: str = ""
+    changed: bool | None = None
+    since: str = ""
 
 
 class FlakyTest(NamedTuple):
@@ -181,7 +198,9 @@ def render_html(
     flaky: Sequence[FlakyTest] | None = None,
 ) -> str:
     """The report as one self-contained page (drift.html). `trend` (box -> runs, oldest first) and `flaky`
-    come from the run history when there is one; each adds its section only when given."""
+    come from the run history when there is one; each adds its section only when given. A report
+    made with `run --against` (report.since) adds the "Since" section: each box against its own
+    earlier receipt."""
     sections = [
         ("summary", "Summary"),
         ("boxes", "Boxes"),
@@ -192,6 +211,8 @@ def render_html(
         ("drift", "Other drift"),
         ("not-evaluated", "Not evaluated"),
     ]
+    if report.since is not None:
+        sections.append(("since", "Since"))
     if trend is not None:
         sections.append(("trend", "Trend"))
     if flaky is not None:
@@ -208,6 +229,12 @@ def render_html(
         _other_drift(report),
         _not_evaluated(report),
     ]
+    # Next to the trend: both are this box over time, where the sections above are across boxes.
+    if report.since is not None:
+        # Imported here: only a page made with --against has the section.
+        from charpin_coordinator.html_since import since_section
+
+        body.append(since_section(report.since))
     if trend is not None:
         body.append(_trend(trend, "Trend", "per box, one mark per run, oldest first"))
     if flaky is not None:
@@ -236,6 +263,10 @@ def _summary(report: DriftReport) -> str:
     out += [
         f'<li class="incomplete">vacuous: {text(reason)}</li>' for reason in report.vacuous_reasons
     ]
+    if report.since is not None:
+        from charpin_coordinator.html_since import since_summary
+
+        out.append(since_summary(report.since))
     out.append("</ul></section>")
     return "\n".join(out)
 
@@ -403,9 +434,9 @@ def _other_drift(report: DriftReport) -> str:
     return "\n".join(out)
 
 
-def _diff(diff: str) -> str:
-    """A unified diff of ids, one line per line. A line that does not start like a diff line
-    continues an id that held a newline: it is joined back, the break shown as a marker."""
+def _diff_lines(diff: str) -> list[str]:
+    """A unified diff of ids, one entry per diff line. A line that does not start like a diff
+    line continues an id that held a newline: it is joined back (shown later as a marker)."""
     body = diff[:-1] if diff.endswith("\n") else diff
     lines: list[str] = []
     for line in body.split("\n"):
@@ -413,6 +444,12 @@ def _diff(diff: str) -> str:
             lines[-1] += "\n" + line
         else:
             lines.append(line)
+    return lines
+
+
+def _diff(diff: str) -> str:
+    """A unified diff of ids, one line per line, an id's own newline shown as a marker."""
+    lines = _diff_lines(diff)
     shown = []
     for line in lines[:MAX_HTML_DIFF_LINES]:
         css = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "")
@@ -438,10 +475,18 @@ def _not_evaluated(report: DriftReport) -> str:
 
 
 def _trend(trend: Mapping[str, Sequence[TrendPoint]], heading: str, note: str) -> str:
+    compared = any(p.changed is not None for points in trend.values() for p in points)
     out = [
         f'<section id="trend"><h2>{text(heading)}</h2>',
         f'<p class="muted">{text(note)}: ✓ clean (every gate PASS, no failing test), '
-        "✗ not clean (hover for the run and why).</p>",
+        "✗ not clean (hover for the run and why)"
+        + (
+            "; Δ (ringed) the box changed since its earlier receipt, on the nights that "
+            "compared with one (run --against)"
+            if compared
+            else ""
+        )
+        + ".</p>",
     ]
     if not any(trend.values()):
         out.append('<p class="muted">No nights recorded yet.</p>')
@@ -451,11 +496,7 @@ def _trend(trend: Mapping[str, Sequence[TrendPoint]], heading: str, note: str) -
             "</tr></thead><tbody>"
         )
         for box, points in sorted(trend.items()):
-            marks = "".join(
-                f'<span class="{"pass" if p.clean else "fail"}" '
-                f'title="{attr(_point_title(p))}">{"✓" if p.clean else "✗"}</span>'
-                for p in points[-MAX_HTML_ROWS:]
-            )
+            marks = "".join(_mark(p) for p in points[-MAX_HTML_ROWS:])
             clean = sum(1 for p in points if p.clean)
             out.append(
                 f'<tr data-box="{attr(box)}"><td>{_code(box)}</td><td>{clean} of {len(points)}'
@@ -466,10 +507,21 @@ def _trend(trend: Mapping[str, Sequence[TrendPoint]], heading: str, note: str) -
     return "\n".join(out)
 
 
+def _mark(point: TrendPoint) -> str:
+    css = "pass" if point.clean else "fail"
+    glyph = "✓" if point.clean else "✗"
+    if point.changed:
+        css, glyph = f"{css} changed", f"{glyph}Δ"  # not by colour alone: Δ reads in print too
+    return f'<span class="{css}" title="{attr(_point_title(point))}">{glyph}</span>'
+
+
 def _point_title(point: TrendPoint) -> str:
     state = "clean" if point.clean else "not clean"
     note = f": {point.note}" if point.note else ""
-    return f"{point.started_at} · {point.run_id} · {state}{note}"
+    since = ""
+    if point.changed is not None:
+        since = f" · {'changed' if point.changed else 'no change'} {point.since}".rstrip()
+    return f"{point.started_at} · {point.run_id} · {state}{note}{since}"
 
 
 def _flaky(flaky: Sequence[FlakyTest]) -> str:
@@ -522,6 +574,19 @@ def box_clean(report: DriftReport, box: str) -> tuple[bool, str]:
     return not reasons, "; ".join(reasons)
 
 
+def box_change(report: DriftReport, box: str) -> tuple[bool | None, str]:
+    """Whether a box changed since its own earlier receipt in a run made with --against, and
+    since what (`since RUN: summary`); (None, "") when that run did not compare the box."""
+    entry = None if report.since is None else _since_entry(report.since, box)
+    if entry is None or entry.reference is None:
+        return None, ""
+    return entry.changed, f"since {entry.reference}: {entry.summary}"
+
+
+def _since_entry(since: Since, box: str) -> SinceBox | None:
+    return next((entry for entry in since.boxes if entry.box == box), None)
+
+
 def derive_trend(runs: Sequence[IndexedRun]) -> dict[str, list[TrendPoint]]:
     """Per box, one point per run that names it, oldest first (runs come newest first)."""
     trend: dict[str, list[TrendPoint]] = {}
@@ -531,7 +596,9 @@ def derive_trend(runs: Sequence[IndexedRun]) -> dict[str, list[TrendPoint]]:
         labels = [b.label for b in run.report.boxes] + [m.label for m in run.report.not_evaluated]
         for label in dict.fromkeys(labels):
             clean, why = box_clean(run.report, label)
-            trend.setdefault(label, []).append(TrendPoint(run.name, run.started, clean, why))
+            changed, since = box_change(run.report, label)
+            point = TrendPoint(run.name, run.started, clean, why, changed, since)
+            trend.setdefault(label, []).append(point)
     return trend
 
 

@@ -1,7 +1,9 @@
 """drift.html and index.html in a real headless Chromium (Debian's `chromium` and
 `chromium-driver`, driven by selenium): the gate matrix, a failing row, the outcome matrix and the
 box not evaluated are in the DOM, a screenshot is kept, and hostile test ids and file names from a
-real run stay text (no script runs, no `onerror` fires), with and without the page's CSP.
+real run stay text (no script runs, no `onerror` fires), with and without the page's CSP. A
+second real run with `--against last` shows its "Since" section (new failures, a vanished test,
+a Python upgrade as the likely cause) and the changed night in the trend.
 
 Without a browser these tests skip; under CHARPIN_REQUIRE_BROWSER=1 (CI) they fail instead.
 Screenshots go to the test's tmp_path and, when CHARPIN_ARTIFACTS is set, are copied there.
@@ -10,6 +12,7 @@ Screenshots go to the test's tmp_path and, when CHARPIN_ARTIFACTS is set, are co
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -120,6 +123,8 @@ class HostileRun:
     runs: Path
     folder: Path
     exit_code: int
+    repo: Path
+    env: dict[str, str]
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +171,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> HostileRun:
         check=False,
     )
     assert index.returncode == 0, index.stderr
-    return HostileRun(runs, runs / "r1", done.returncode)
+    return HostileRun(runs, runs / "r1", done.returncode, repo, env)
 
 
 def _open(driver: Any, path: Path) -> None:
@@ -181,10 +186,7 @@ def _screenshot(driver: Any, tmp_path: Path, name: str) -> Path:
     shot = tmp_path / f"{name}.png"
     assert driver.save_screenshot(str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    artifacts = os.environ.get("CHARPIN_ARTIFACTS")
-    if artifacts:
-        Path(artifacts).mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, Path(artifacts) / shot.name)
+    _keep(shot)
     driver.set_window_size(1280, 900)
     return shot
 
@@ -308,3 +310,122 @@ def test_index_html_lists_the_run_and_links_to_its_page(
     time.sleep(0.3)
     assert browser.current_url == (hostile_run.folder / "drift.html").as_uri()
     assert browser.title.startswith("charpin drift · commit ")
+
+
+# The night after r1: test_passes breaks, the other tests are gone, hostile ones come (failing).
+NEXT_NIGHT = """\
+import pytest
+
+NEW = {new!r}
+
+
+def test_passes():
+    assert False, "broken since r1"
+
+
+@pytest.mark.parametrize("name", NEW, ids=NEW)
+def test_new(name):
+    assert False, name
+"""
+OLD_PYTHON = "3.9.0"
+
+
+@pytest.fixture(scope="module")
+def since_run(hostile_run: HostileRun) -> Path:
+    """r2: `run --hosts local,clean --against last --gate-against-last` after a commit that
+    breaks a test, drops one and adds a hostile one; r1's receipt of `clean` says an older
+    Python (the box was upgraded since), so the Python change is named as the likely cause.
+    r1's pages and index.html stay as they were (this writes r2 and index-since.html), so the
+    tests of r1 read the same files in any order."""
+    repo, env = hostile_run.repo, hostile_run.env
+    tests = repo / "tests" / "test_report.py"
+    tests.write_text(NEXT_NIGHT.format(new=[SCRIPT_ID, RTL_ID]))
+    for args in (["add", "tests/test_report.py"], ["commit", "-q", "-m", "the night after"]):
+        subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True)
+    stored = hostile_run.folder / "clean" / "receipt.json"
+    receipt = json.loads(stored.read_bytes())
+    receipt["environment"]["python"] = OLD_PYTHON
+    stored.write_text(json.dumps(receipt))
+    command = [sys.executable, "-m", "charpin_coordinator"]
+    done = subprocess.run(
+        [*command, "run", "--repo", str(repo), "--hosts", "local,clean", "--out",
+         str(hostile_run.runs), "--run-id", "r2", "--timeout", "120", "-q", "--against", "last",
+         "--gate-against-last"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    folder = hostile_run.runs / "r2"
+    assert (folder / "drift.html").is_file(), done.stderr
+    index = subprocess.run(
+        [*command, "history", "html", str(hostile_run.runs), "--out",
+         str(hostile_run.runs / "index-since.html")],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert index.returncode == 0, index.stderr
+    return folder
+
+
+def test_drift_html_shows_what_changed_since_the_last_run(
+    browser: Any, since_run: Path, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    _open(browser, since_run / "drift.html")
+    _no_script_ran(browser, browser.title)
+    assert _texts(browser, "#since h2") == ["Since run r1"]
+    assert _texts(browser, "nav a[href='#since']") == ["Since"]
+    assert "Gating (--gate-against-last)" in _texts(browser, "#since-gating")[0]
+    clean = _texts(browser, '#since-table tr[data-box="clean"] td')
+    assert clean[:2] == ["clean", "r1"] and clean[4] == "exit bit 2"
+    assert "likely cause: Python 3.9.0 -> " in clean[3]
+    block = '#since .since-box[data-box="clean"]'
+    [cause] = _texts(browser, f'{block} [data-kind="likely-cause"]')
+    assert cause.startswith(f"Likely cause: Python {OLD_PYTHON} -> ")
+    new_failures = _texts(browser, f'{block} ul[data-kind="new-failures"] li')
+    assert "tests/test_report.py::test_passes" in new_failures
+    assert f"tests/test_report.py::test_new[{SCRIPT_ID}]" in new_failures
+    assert "tests/test_report.py::test_new[rtl\\u202egpj.exe]" in new_failures  # a marker
+    vanished = _texts(browser, f'{block} ul[data-kind="vanished"] li')
+    assert "tests/test_report.py::test_only_here" in vanished
+    assert f"tests/test_report.py::test_hostile[{IMG_ID}]" in vanished
+    # local had no older Python planted: its changes stand without a likely cause.
+    assert _texts(browser, '#since .since-box[data-box="local"] [data-kind="likely-cause"]') == []
+    # The trend (from the history r1 was recorded in) marks this night as changed.
+    [mark] = _texts(browser, '#trend-table tr[data-box="clean"] span.changed')
+    assert mark == "✗Δ"
+
+    section = browser.find_element(By.ID, "since")
+    assert section.size["height"] > 100 and section.is_displayed()
+    # The section alone, with the window as tall as the page (an element shot stops at the
+    # viewport's edge).
+    full = int(browser.execute_script("return document.documentElement.scrollHeight"))
+    browser.set_window_size(1280, min(full + 120, 8000))
+    part = tmp_path / "drift-since-section.png"
+    assert section.screenshot(str(part))
+    assert _png_size(part)[1] >= min(section.size["height"], 8000) - 2
+    _keep(part)
+    shot = _screenshot(browser, tmp_path, "drift-since")
+    # The full-page shot holds the section: its box lies inside the image.
+    width, height = _png_size(shot)
+    assert section.location["y"] + section.size["height"] <= height
+    assert section.size["width"] <= width
+
+
+def test_the_index_marks_the_night_that_changed(browser: Any, since_run: Path) -> None:
+    _open(browser, since_run.parent / "index-since.html")
+    for box in ("local", "clean"):
+        marks = _texts(browser, f'#trend-table tr[data-box="{box}"] span')
+        assert marks == ["✗", "✗Δ"], box  # r1, then r2 against it
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    data = path.read_bytes()[16:24]
+    return int.from_bytes(data[:4], "big"), int.from_bytes(data[4:], "big")
+
+
+def _keep(shot: Path) -> None:
+    """A copy of shot in CHARPIN_ARTIFACTS, when set (CI keeps them)."""
+    artifacts = os.environ.get("CHARPIN_ARTIFACTS")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(artifacts) / shot.name)

@@ -36,12 +36,12 @@ def test_always():
 """
 
 
-def _run(repo: Path, runs: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+def _run(repo: Path, runs: Path, run_id: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")])
     env["XDG_CACHE_HOME"] = str(runs.parent / "cache")
     argv = [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo)]
-    argv += ["--hosts", "local", "--out", str(runs), "--run-id", run_id, "-q"]
+    argv += ["--hosts", "local", "--out", str(runs), "--run-id", run_id, "-q", *extra]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -50,7 +50,8 @@ def test_drift_html_shows_the_trend_and_the_flaky_tests_from_the_history(tmp_pat
     repo = make_repo(tmp_path / "repo", {"tests/test_flaky.py": FLAKY.format(counter=str(counter))})
     runs = tmp_path / "runs"
     for run_id in ("r1", "r2", "r3"):
-        done = _run(repo, runs, run_id)
+        # r3 also compares with r2 (`--against last`): its own mark in the trend says changed.
+        done = _run(repo, runs, run_id, *(["--against", "last"] if run_id == "r3" else []))
         assert (runs / run_id / "drift.html").is_file(), done.stderr
     assert (repo / ".charpin" / "history.sqlite").is_file()  # recorded after each run
 
@@ -65,6 +66,12 @@ def test_drift_html_shows_the_trend_and_the_flaky_tests_from_the_history(tmp_pat
     assert "0 of 3" in last.all_text
     assert "tests/test_flaky.py::test_sometimes" in last.all_text
     assert "2 of 3 runs" in last.all_text  # failed on r1 and r3, passed on r2
+    # Only this run knows whether the box changed since its earlier receipt: r1 and r2 from the
+    # database stay unmarked, r3 (test_sometimes failing again since r2) is marked.
+    marks = [a for t, a in last.tags if t == "span" and "title" in a]
+    assert [str(a["class"]).split() for a in marks] == [["fail"], ["fail"], ["fail", "changed"]]
+    assert "changed since r2: 1 new failure(s)" in str(marks[-1]["title"])
+    assert "since" in last.ids
 
 
 def test_without_a_history_database_there_are_no_history_sections(tmp_path: Path) -> None:

@@ -38,9 +38,9 @@ HOSTILE = [SCRIPT, IMG, RTL, "a\x1b[31mred\nline", "quote\"'&amp;", "zero\u200bw
 
 # Everything the renderer itself writes; a receipt string must never add to this.
 ALLOWED_TAGS = {
-    "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "nav", "a", "section",
-    "p", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "code", "span", "br", "pre",
-    "footer",
+    "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "nav", "a",
+    "section", "div", "p", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "code",
+    "span", "strong", "br", "pre", "footer",
 }  # fmt: skip
 
 
