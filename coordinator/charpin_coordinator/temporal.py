@@ -105,8 +105,8 @@ def with_since(report: DriftReport, found: Since) -> DriftReport:
     """report carrying found; exit bit 2 added when it gates and some box changed."""
     code, bits = report.exit_code, list(report.exit_bits)
     if found.gating and any(box.changed for box in found.boxes):
-        if not code & EXIT_DRIFT:
-            bits.append(GATE_BIT)
+        # Said even when drift across boxes set bit 2 already: the verdict names both causes.
+        bits.append(GATE_BIT)
         code |= EXIT_DRIFT
     return msgspec.structs.replace(report, since=found, exit_code=code, exit_bits=bits)
 
@@ -167,6 +167,11 @@ def compare_box(label: str, now: Receipt, ref: Labeled | None) -> SinceBox:
     )
 
 
+# The drift builder names the boxes a finding is on; here they are the pair's own labels, and
+# "test sets differ on now" reads better as "test sets differ since then".
+_ON_PAIR = re.compile(rf" on (?:{BEFORE}|{NOW})(?:, (?:{BEFORE}|{NOW}))*$")
+
+
 def _changes_only(dim: Dimension) -> Dimension | None:
     """dim without what both receipts share (a finding on both nights did not change)."""
     if dim.name in _SKIPPED:
@@ -186,7 +191,7 @@ def _changes_only(dim: Dimension) -> Dimension | None:
     matrix = [row for row in dim.matrix if len(set(row.values.values())) > 1]
     if not (details or matrix or dim.diff):
         return None
-    summary = dim.summary.replace("between boxes", "since then")
+    summary = _ON_PAIR.sub(" since then", dim.summary.replace("between boxes", "since then"))
     if dim.name == "environment":
         summary = "this box's environment changed (explains drift, never gates)"
     return msgspec.structs.replace(dim, summary=summary, details=details, matrix=matrix)
