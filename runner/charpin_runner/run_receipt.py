@@ -252,7 +252,8 @@ def _frozen_rerun(
     not_passed = [nodeid for nodeid in requested if outcomes.get(nodeid) != "passed"]
     if not_passed:
         shown = ", ".join(f"{n} ({outcomes.get(n, 'not run')})" for n in not_passed[:5])
-        reasons.append(f"{len(not_passed)} frozen tests did not pass: {shown}")
+        count = len(not_passed)
+        reasons.append(f"{count} frozen test{'' if count == 1 else 's'} did not pass: {shown}")
     if changed:
         reasons.append(f"the side run changed watched fixtures: {', '.join(changed[:5])}")
     clean = ended.interpretation == "ok" and not not_passed and not changed
