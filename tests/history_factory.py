@@ -4,7 +4,7 @@ coordinator's own writers (remote/results.py, the drift report), for the history
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -56,12 +56,23 @@ def run_folder(
     receipts: Sequence[Receipt],
     *,
     not_evaluated: Sequence[NotEvaluated] = (),
+    repeats: Mapping[str, Sequence[Receipt | NotEvaluated]] | None = None,
 ) -> Path:
-    """out/run_id as `charpin-remote run` writes it, for these receipts."""
+    """out/run_id as `charpin-remote run` writes it, for these receipts; `repeats` maps a box
+    label to its repeats 2, 3, ... (`run --repeat`), each a receipt or why it gave none."""
     labeled = [(r.label, r) for r in receipts]
     report = build_report(labeled, not_evaluated=not_evaluated)
     outcomes = [BoxOutcome(label=r.label, receipt=r, raw_receipt=dumps(r)) for r in receipts]
     outcomes += [BoxOutcome(label=ne.label, not_evaluated=ne) for ne in not_evaluated]
+    for outcome in outcomes:
+        for k, given in enumerate((repeats or {}).get(outcome.label, ()), start=2):
+            if isinstance(given, NotEvaluated):
+                one = BoxOutcome(label=outcome.label, repeat=k, not_evaluated=given)
+            else:
+                one = BoxOutcome(
+                    label=outcome.label, repeat=k, receipt=given, raw_receipt=dumps(given)
+                )
+            outcome.repeats.append(one)
     files = ReportFiles(drift_json=encode_json(report), drift_md=render_markdown(report).encode())
     return write_run(out, run_id, outcomes, files)
 

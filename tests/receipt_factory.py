@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from charpin_runner.receipt import (
     Collection,
@@ -11,7 +11,10 @@ from charpin_runner.receipt import (
     Exit,
     FileState,
     Fixtures,
+    FrozenRerun,
     Identity,
+    Interpretation,
+    Outcome,
     Pins,
     Quarantine,
     Receipt,
@@ -110,4 +113,29 @@ def stale_local(label: str = "local") -> Receipt:
             "tree.dirty_before": [FIXTURE.path],
             "tree.dirty_after": [FIXTURE.path],
         },
+    )
+
+
+def frozen_rerun(
+    outcomes: dict[str, str],
+    *,
+    requested: list[str] | None = None,
+    interpretation: str | None = None,
+    fixtures_changed: list[str] | None = None,
+) -> FrozenRerun:
+    """A frozen side run (`--include-frozen`) asked for `requested` (default: the outcomes'
+    ids), clean exactly when the runner would call it clean."""
+    asked = sorted(requested if requested is not None else outcomes)
+    moved = list(fixtures_changed or [])
+    passed = all(outcomes.get(n) == "passed" for n in asked)
+    ended = interpretation or ("ok" if passed else "failed")
+    return FrozenRerun(
+        requested=asked,
+        outcomes=cast(dict[str, Outcome], dict(sorted(outcomes.items()))),
+        interpretation=cast(Interpretation, ended),
+        status=0 if ended == "ok" else 1,
+        fixtures_changed=moved,
+        wall_seconds=0.5,
+        clean=ended == "ok" and passed and not moved,
+        reasons=[] if passed else ["a frozen test did not pass"],
     )

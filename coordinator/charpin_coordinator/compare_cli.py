@@ -11,6 +11,7 @@ from charpin_runner.errors import UsageError
 from charpin_runner.receipt import Receipt
 
 from charpin_coordinator.drift import build_report
+from charpin_coordinator.evidence import REPEATS_FOLDER
 from charpin_coordinator.receipts import read_receipt_file
 from charpin_coordinator.render import encode_json, render_markdown, render_text
 from charpin_coordinator.report import DriftReport
@@ -84,6 +85,7 @@ def run_compare(args: argparse.Namespace) -> int:
     receipts, fleet = _expand(receipts)
     labeled = _load_all(receipts, unique=fleet)
     report = build_report(labeled, baseline=args.baseline, expected_commit=args.commit)
+    report = _with_frozen(report, labeled)
     if markdown is not None and markdown != STDOUT:
         from charpin_coordinator.remote.output import write_file
 
@@ -166,11 +168,34 @@ def _expand(paths: list[Path]) -> tuple[list[Path], bool]:
             files.append(path)
             continue
         fleet = True
-        found = sorted(p for p in path.rglob(FOLDER_PATTERN) if p.is_file())
+        found = sorted(p for p in path.rglob(FOLDER_PATTERN) if p.is_file() and not _is_repeat(p))
         if not found:
             raise UsageError(f"no {FOLDER_PATTERN} under {path}")
         files.extend(found)
     return files, fleet
+
+
+def _is_repeat(path: Path) -> bool:
+    """A run folder's `<box>/repeats/<k>/receipt.json` (`run --repeat`): evidence kept beside
+    the box's receipt of record, not a box of its own."""
+    repeats = path.parent.parent
+    return repeats.name == REPEATS_FOLDER and (repeats.parent / "box.json").is_file()
+
+
+def _with_frozen(report: DriftReport, labeled: list[tuple[str, Receipt]]) -> DriftReport:
+    """The frozen re-run section when a receipt carries one (`charpin receipt --include-frozen`
+    on a fleet's jobs); never gating."""
+    from charpin_coordinator.evidence import (
+        Attempt,
+        frozen_section,
+        has_frozen_rerun,
+        with_evidence,
+    )
+
+    boxes = [(label, [Attempt(1, receipt.run_id, receipt)]) for label, receipt in labeled]
+    if not has_frozen_rerun(boxes):
+        return report
+    return with_evidence(report, frozen=frozen_section(boxes))
 
 
 def _load_all(paths: list[Path], *, unique: bool = False) -> list[tuple[str, Receipt]]:

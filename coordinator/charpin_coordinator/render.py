@@ -15,6 +15,7 @@ import re
 import msgspec
 from charpin_runner.pins.compare import mark_changed_lines
 
+from charpin_coordinator import render_evidence
 from charpin_coordinator.report import GATES, Dimension, DriftReport, Since, map_strings
 
 # Receipts are untrusted: a label or node id carrying ESC or a newline must not repaint the
@@ -186,6 +187,7 @@ def _render_plain(report: DriftReport) -> str:
     if tests:
         out += ["", "failing tests (not drift: exit bit 1)"] + [f"  {line}" for line in tests]
     out += _since_lines(report)
+    out += render_evidence.text_lines(report)
     out += ["", *_footer(report)]
     return "\n".join(line.rstrip() for line in out) + "\n"
 
@@ -299,6 +301,8 @@ def _render_rich(report: DriftReport) -> str:
         console.print(cell(line))
     for line in _since_lines(report)[1:]:
         console.print(cell(line))
+    for line in render_evidence.text_lines(report)[1:]:
+        console.print(cell(line))
     for line in _footer(report):
         console.print(cell(line, "bold"))
     return buffer.getvalue()
@@ -360,6 +364,7 @@ def render_markdown(report: DriftReport) -> str:
         for dim in report.dimensions:
             out.extend(_md_dimension(dim, labels))
     out += _md_since(report)
+    out += render_evidence.markdown_lines(report, _md, _code)
     out += [""] + [f"> {_md(line)}" for line in _footer(report)]
     return "\n".join(out) + "\n"
 

@@ -137,6 +137,63 @@ class Since(Base):
     boxes: list[SinceBox]
 
 
+class RepeatRow(Base):
+    """One test whose outcome differed between a box's repeats: its outcome in each, repeat 1
+    first (`absent`: that repeat ran without it; `-`: that repeat was not evaluated)."""
+
+    item: str
+    outcomes: list[str]
+
+
+class RepeatMiss(Base):
+    """A repeat of a box that gave no receipt (or was not run), and why."""
+
+    repeat: int
+    kind: NotEvaluatedKind
+    reason: str
+
+
+class RepeatBox(Base):
+    """One box's repeats: the receipt id of each (repeat 1, the receipt of record, first)."""
+
+    box: str
+    run_ids: list[str]
+    evaluated: int  # repeats that gave a receipt
+    differing: list[RepeatRow]
+    not_evaluated: list[RepeatMiss]
+
+
+class Repeats(Base):
+    """`run --repeat N`: every box ran N times in a row. Evidence only, never gating: gates,
+    drift and the exit code are repeat 1's (the receipt of record)."""
+
+    count: int
+    boxes: list[RepeatBox]
+
+
+class FrozenRerunBox(Base):
+    """The frozen tests' side run in one box's receipt (one per repeat with --repeat)."""
+
+    box: str
+    repeat: int
+    run_id: str
+    clean: bool  # the side run ended ok, every frozen test asked for passed, no fixture moved
+    interpretation: str
+    outcomes: dict[str, str]  # each frozen test asked for -> its outcome, or "not run"
+    fixtures_changed: list[str]
+    reasons: list[str]
+    wall_seconds: float
+
+
+class FrozenReruns(Base):
+    """`run --include-frozen`: the ledger's frozen tests re-run on the side, after everything
+    gated was measured. Outside every gate: never changes a gate or the exit code."""
+
+    boxes: list[FrozenRerunBox]
+    # Evaluated boxes whose receipt holds no side run, each as "label: why".
+    absent: list[str]
+
+
 class DriftReport(Base):
     """Everything `compare` and `run` conclude from a set of receipts."""
 
@@ -154,6 +211,10 @@ class DriftReport(Base):
     version: int = REPORT_VERSION
     # `run --against`: each box since its own earlier receipt (absent without the flag).
     since: Since | None = None
+    # `run --repeat N` and frozen side runs: evidence only. Left out of the JSON entirely when
+    # not asked for (UNSET), so a run without them writes exactly the report it wrote before.
+    repeats: Repeats | msgspec.UnsetType = msgspec.UNSET
+    frozen_reruns: FrozenReruns | msgspec.UnsetType = msgspec.UNSET
 
 
 def map_strings(report: DriftReport, change: Callable[[str], str]) -> DriftReport:
@@ -185,4 +246,5 @@ def map_strings(report: DriftReport, change: Callable[[str], str]) -> DriftRepor
 _FIXED: dict[type, tuple[str, ...]] = {
     GateResult: ("gate", "status"),
     NotEvaluated: ("kind",),
+    RepeatMiss: ("kind",),
 }

@@ -8,9 +8,10 @@ Modules, one role each:
     schema.py   versions and migrations (PRAGMA user_version), the tables and indexes
     store.py    opening it safely: lock file, WAL, busy timeout, BEGIN IMMEDIATE, refusals
     folders.py  run and verify folders on disk -> RunRecord (no database)
+    evidence.py repeats (`run --repeat`) and frozen side runs (`--include-frozen`): records, rows
     record.py   RunRecords into the database; rebuild
     prune.py    `history prune --keep`
-    query.py    the read API (below)
+    query.py    the read API (below); query_evidence.py its repeats and frozen side runs
     render.py   the read API's answers as text
     hooks.py    where the database is; recording after run, compare --record and verify
     cli.py      `charpin-remote history ...`
@@ -28,7 +29,10 @@ raises CharpinError with a one-line message, never a sqlite3 error):
         the box's newest `limit` runs, oldest first; clean = evaluated, tests ok, every gate
         of that box PASS
     show_run(store_path, run_id) -> RunDetail            (a unique prefix of the id will do)
+        each box's repeats and frozen side runs too (BoxDetail.repeats, .frozen_reruns)
     outcome_timeline(store_path, nodeid, limit=30) -> OutcomeTimeline
+        each run's point (repeat 1, source "run"), then its repeats' and side runs' points
+        (OutcomePoint.repeat, .source "run" or "frozen-rerun"): filter on them to count nights
     box_runs(store_path, box, limit=30) -> BoxHistory
 
 Flake evidence (flaky.py, `charpin-remote ledger suggest|review` in ledger_cli.py):

@@ -3,7 +3,14 @@
 A test is **flaky** when the same commit (and the same patch, if any) on the same box gave
 different outcomes across recorded runs: at least one `passed` and at least one `failed` or
 `error`. Only those three outcomes count; skipped, xfailed and xpassed say nothing either way,
-and a run where the box did not run the test is not a run of it.
+and a run where the box did not run the test is not a run of it. Each repeat of `run --repeat N`
+is a run of its own (evidence: its receipt id, `<run id>.r<k>`), so a test that flips within one
+night's repeats on one box is a candidate.
+
+A frozen test's **re-runs** (`run --include-frozen`: the ledger's frozen tests run on the side)
+are the evidence for unfreezing it. A re-run is clean for an entry when each of its tests
+passed there, the side run changed no watched fixture and it ended `ok`, or `failed` only
+because another frozen test failed (its own outcome says it passed).
 
     suggest(store_path)                   flaky candidates, with the run ids as evidence and a
                                           proposed ledger entry whose owner and expiry are left
@@ -38,6 +45,9 @@ OWNER_PLACEHOLDER = ""
 EXPIRES_PLACEHOLDER = "YYYY-MM-DD"
 _PASS = OUTCOME_CODES["passed"]
 _FAILS = (OUTCOME_CODES["failed"], OUTCOME_CODES["error"])
+# How a side run may end and still be clean for an entry whose tests all passed in it: `failed`
+# then means another frozen test failed.
+_CLEAN_ENDINGS = ("ok", "failed")
 
 
 class Row(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -96,6 +106,10 @@ class EntryNote(Row):
     days_left: int  # negative once expired
     rate: Rate | None  # the clean streak (unfreeze) or None
     overall: Rate | None  # every recorded run of it, for context
+    # Its frozen re-runs (--include-frozen): the clean streak, newest first, and all of them
+    # (failures: re-runs that were not clean for it).
+    reruns: Rate | None = None
+    reruns_overall: Rate | None = None
 
 
 class Review(Row):
@@ -148,18 +162,46 @@ def rate(failures: int, runs: int) -> Rate:
     )
 
 
+# Every passed, failed or error outcome, of the tests in temp.flake_suspect, of a box's receipt
+# of record (repeat 1) or of one of its evaluated repeats, with the receipt's id: (test, box,
+# commit, patch, receipt id, time, run id, repeat, code). Parameters: the three codes, twice.
+_EVIDENCE = (
+    "SELECT outcome.test AS test, run_box.box AS box, run_box.commit_sha AS commit_sha, "
+    "run_box.patch_sha256 AS patch, run.run_id AS receipt, run.started_at AS started, "
+    "run.run_id AS run_id, 1 AS rep, outcome.code AS code FROM temp.flake_suspect s "
+    "JOIN outcome ON outcome.test = s.test "
+    "JOIN run_box ON run_box.id = outcome.run_box JOIN run ON run.id = run_box.run "
+    "WHERE run_box.evaluated = 1 AND outcome.code IN (?, ?, ?) "
+    "UNION ALL "
+    "SELECT r.test, run_box.box, rb.commit_sha, rb.patch_sha256, rb.run_id, run.started_at, "
+    "run.run_id, r.repeat, r.code FROM temp.flake_suspect s "
+    "JOIN repeat_outcome r ON r.test = s.test "
+    "JOIN repeat_box rb ON rb.run_box = r.run_box AND rb.repeat = r.repeat "
+    "JOIN run_box ON run_box.id = r.run_box JOIN run ON run.id = run_box.run "
+    "WHERE rb.evaluated = 1 AND r.code IN (?, ?, ?)"
+)
+
+
 def suggest(store_path: Path) -> Suggestions:
-    """Every test that both passed and failed on one box at one commit (and patch)."""
+    """Every test that both passed and failed on one box at one commit (and patch), counting
+    each repeat of a run as a run."""
     with store.opened(store_path) as conn:
+        # Only a test that ever failed can be a candidate: found through the partial indexes
+        # of failing outcomes (their condition written out, or SQLite will not use them), so
+        # the passing rows read are those tests' only, not a year of every test's.
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS flake_suspect (test INTEGER PRIMARY KEY)")
+        conn.execute("DELETE FROM temp.flake_suspect")
+        conn.execute(
+            "INSERT INTO temp.flake_suspect (test) "
+            "SELECT test FROM outcome WHERE code IN (1, 2) "
+            "UNION SELECT test FROM repeat_outcome WHERE code IN (1, 2)"
+        )
         rows = conn.execute(
-            "SELECT test.nodeid, box.name, run_box.commit_sha, run_box.patch_sha256, "
-            "run.run_id, outcome.code FROM outcome "
-            "JOIN test ON test.id = outcome.test "
-            "JOIN run_box ON run_box.id = outcome.run_box "
-            "JOIN run ON run.id = run_box.run JOIN box ON box.id = run_box.box "
-            "WHERE run_box.evaluated = 1 AND outcome.code IN (?, ?, ?) "
-            "ORDER BY test.nodeid, box.name, run_box.commit_sha, run.started_at, run.run_id",
-            (_PASS, *_FAILS),
+            f"SELECT test.nodeid, box.name, e.commit_sha, e.patch, e.receipt, "  # noqa: S608
+            f"e.code FROM ({_EVIDENCE}) e "
+            "JOIN test ON test.id = e.test JOIN box ON box.id = e.box "
+            "ORDER BY test.nodeid, box.name, e.commit_sha, e.started, e.run_id, e.rep",
+            (_PASS, *_FAILS, _PASS, *_FAILS),
         ).fetchall()
     groups: dict[tuple[str, str, str, str | None], tuple[list[str], list[str]]] = {}
     for nodeid, box, commit, patch, run_id, code in rows:
@@ -216,11 +258,8 @@ def review(
             days_left = (datetime.date.fromisoformat(entry.expires) - today).days
             tests = _test_ids(conn, entry.id)
             series = _series(conn, tests) if tests else []
-            streak = 0
-            for failed in series:  # newest first
-                if failed:
-                    break
-                streak += 1
+            reruns = _rerun_series(conn, tests) if tests else []
+            streak, rerun_streak = _streak(series), _streak(reruns)
             note = EntryNote(
                 id=entry.id,
                 owner=entry.owner,
@@ -228,6 +267,8 @@ def review(
                 days_left=days_left,
                 rate=rate(0, streak) if streak else None,
                 overall=rate(sum(series), len(series)) if series else None,
+                reruns=rate(0, rerun_streak) if rerun_streak else None,
+                reruns_overall=rate(sum(reruns), len(reruns)) if reruns else None,
             )
             if days_left < 0:
                 expired.append(note)
@@ -235,7 +276,7 @@ def review(
                 near.append(note)
             if not tests:
                 never.append(note)
-            elif streak >= clean_runs:
+            elif max(streak, rerun_streak) >= clean_runs:
                 unfreeze.append(note)
     return Review(
         ledger=ledger.path,
@@ -267,18 +308,52 @@ def _test_ids(conn: sqlite3.Connection, entry_id: str) -> list[int]:
     return found
 
 
+def _streak(series: list[bool]) -> int:
+    """How many runs, newest first, went by before the first failure."""
+    streak = 0
+    for failed in series:
+        if failed:
+            break
+        streak += 1
+    return streak
+
+
 def _series(conn: sqlite3.Connection, tests: list[int]) -> list[bool]:
-    """Failed-or-not per box of a run that ran the test(s), newest first; a family's run
-    failed when any member failed."""
+    """Failed-or-not per box of a run (and per repeat) that ran the test(s), newest first; a
+    family's run failed when any member failed."""
     marks = ",".join("?" * len(tests))
     rows = conn.execute(
-        f"SELECT max(outcome.code IN (?, ?)) FROM outcome "  # noqa: S608 - only placeholders
-        f"JOIN run_box ON run_box.id = outcome.run_box JOIN run ON run.id = run_box.run "
-        f"WHERE outcome.test IN ({marks}) AND outcome.code IN (?, ?, ?) "
-        f"GROUP BY run_box.id ORDER BY max(run.started_at) DESC, max(run.run_id) DESC",
-        (*_FAILS, *tests, _PASS, *_FAILS),
+        f"SELECT max(e.code IN (?, ?)) FROM ("  # noqa: S608 - only placeholders
+        f"SELECT o.run_box AS rb, 1 AS rep, o.code AS code FROM outcome o "
+        f"WHERE o.test IN ({marks}) AND o.code IN (?, ?, ?) "
+        f"UNION ALL SELECT r.run_box, r.repeat, r.code FROM repeat_outcome r "
+        f"JOIN repeat_box b ON b.run_box = r.run_box AND b.repeat = r.repeat "
+        f"WHERE r.test IN ({marks}) AND r.code IN (?, ?, ?) AND b.evaluated = 1) e "
+        f"JOIN run_box ON run_box.id = e.rb JOIN run ON run.id = run_box.run "
+        f"GROUP BY e.rb, e.rep "
+        f"ORDER BY max(run.started_at) DESC, max(run.run_id) DESC, e.rep DESC",
+        (*_FAILS, *tests, _PASS, *_FAILS, *tests, _PASS, *_FAILS),
     ).fetchall()
     return [bool(r[0]) for r in rows]
+
+
+def _rerun_series(conn: sqlite3.Connection, tests: list[int]) -> list[bool]:
+    """Not-clean-or-clean per frozen side run that was asked for the test(s), newest first
+    (see the module docstring for when a re-run is clean for an entry)."""
+    marks = ",".join("?" * len(tests))
+    rows = conn.execute(
+        f"SELECT min(coalesce(f.code = ?, 0)), fr.interpretation, "  # noqa: S608
+        "fr.fixtures_changed FROM frozen_outcome f "
+        f"JOIN frozen_rerun fr ON fr.run_box = f.run_box AND fr.repeat = f.repeat "
+        f"JOIN run_box ON run_box.id = f.run_box JOIN run ON run.id = run_box.run "
+        f"WHERE f.test IN ({marks}) GROUP BY f.run_box, f.repeat "
+        f"ORDER BY max(run.started_at) DESC, max(run.run_id) DESC, f.repeat DESC",
+        (_PASS, *tests),
+    ).fetchall()
+    return [
+        not (passed and interpretation in _CLEAN_ENDINGS and not changed)
+        for passed, interpretation, changed in rows
+    ]
 
 
 def percent(fraction: float) -> str:

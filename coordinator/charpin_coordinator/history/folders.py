@@ -8,6 +8,10 @@ rebuild` both read the folder through this module, so both give the same answers
 * a verify folder (`verify.json`, with the run folders `base/` and `patched/`), which gives two
   runs, `<verify id>/base` and `<verify id>/patched`; the patched run needs its base.
 
+A box folder may hold `repeats/<k>/` (`run --repeat`: repeat k, laid out like a box folder, its
+box.json adding `repeat` and `run_id`), and any receipt a frozen side run (`--include-frozen`);
+both are kept as evidence beside the box's result (history/evidence.py), never as its result.
+
 Receipts are decoded strictly (receipts.py); drift.json and verify.json are read leniently (only
 the fields kept here), so an older or newer report still reads. Files are read without following
 links and under a size cap: the folders sit in the repository, where a test on `local` can write.
@@ -28,6 +32,8 @@ import msgspec
 from charpin_runner.errors import IntegrityError
 from charpin_runner.receipt import MAX_RECEIPT_BYTES
 
+from charpin_coordinator.evidence import REPEATS_FOLDER
+from charpin_coordinator.history.evidence import FrozenRecord, RepeatRecord, frozen_record
 from charpin_coordinator.receipts import load_receipt
 
 MAX_JSON_BYTES = MAX_RECEIPT_BYTES  # drift.json can hold a 100,000-test diff
@@ -54,6 +60,8 @@ class BoxRecord:
     outcomes: Mapping[str, str] = field(default_factory=dict)
     gates: Sequence[tuple[str, str, str]] = ()  # (gate, status, detail)
     started_at: str | None = None
+    repeats: Sequence[RepeatRecord] = ()  # `run --repeat N`: repeats 2..N, evidence only
+    frozen: FrozenRecord | None = None  # the record's frozen side run (--include-frozen)
 
     @property
     def clean(self) -> bool:
@@ -111,6 +119,8 @@ class _BoxMeta(msgspec.Struct):
     status: str = "evaluated"
     kind: str | None = None
     reason: str | None = None
+    repeat: int = 1  # set in a repeat's box.json only
+    run_id: str = ""
 
 
 def is_run_folder(folder: Path) -> bool:
@@ -169,7 +179,7 @@ def read_run(
 ) -> RunRecord:
     """One run folder -> RunRecord."""
     drift = _decode(folder / "drift.json", _Drift, MAX_JSON_BYTES)
-    boxes = [_read_box(box, drift) for box in _box_folders(folder)]
+    boxes = [_read_box(box, drift, run_id or folder.name) for box in _box_folders(folder)]
     # The report's order (--hosts order); boxes it does not name (none, normally) go last.
     order = {b.label: i for i, b in enumerate([*drift.boxes, *drift.not_evaluated])}
     boxes.sort(key=lambda b: (order.get(b.label, len(order)), b.label))
@@ -229,19 +239,20 @@ def _box_folders(folder: Path) -> list[Path]:
     )
 
 
-def _read_box(folder: Path, drift: _Drift) -> BoxRecord:
+def _read_box(folder: Path, drift: _Drift, run_id: str) -> BoxRecord:
     receipt_path = folder / "receipt.json"
     meta_path = folder / "box.json"
     if meta_path.exists():
         meta = _decode(meta_path, _BoxMeta, MAX_META_BYTES)
     else:  # an older folder, or a hand-made one: the receipt names the box
         meta = _BoxMeta(label="")
+    repeats = _read_repeats(folder / REPEATS_FOLDER, run_id)
     if meta.status != "evaluated":
-        kind = meta.kind or "not-evaluated"
         return BoxRecord(
             label=meta.label or folder.name,
             evaluated=False,
-            reason=f"{kind}: {meta.reason or ''}".rstrip(": "),
+            reason=_reason(meta),
+            repeats=repeats,
         )
     raw = read_capped(receipt_path, MAX_RECEIPT_BYTES)
     receipt = load_receipt(raw, source=str(receipt_path))
@@ -258,7 +269,47 @@ def _read_box(folder: Path, drift: _Drift) -> BoxRecord:
         outcomes=receipt.outcomes,
         gates=[(g.gate, g.status, g.detail) for g in drift.gates if g.box == label],
         started_at=iso_utc(receipt.started_at),
+        repeats=repeats,
+        frozen=frozen_record(receipt.frozen_rerun, 1),
     )
+
+
+def _reason(meta: _BoxMeta) -> str:
+    kind = meta.kind or "not-evaluated"
+    return f"{kind}: {meta.reason or ''}".rstrip(": ")
+
+
+def _read_repeats(folder: Path, run_id: str) -> list[RepeatRecord]:
+    """`<box>/repeats/<k>/`: repeats 2..N of the box, by repeat."""
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    found: list[RepeatRecord] = []
+    for child in _box_folders(folder):
+        meta = _decode(child / "box.json", _BoxMeta, MAX_META_BYTES)
+        if meta.repeat < 2 or child.name != str(meta.repeat):
+            raise IntegrityError(
+                f"{child}: not a repeat's folder (its box.json says repeat {meta.repeat})"
+            )
+        repeat_id = meta.run_id or f"{run_id}.r{meta.repeat}"
+        if meta.status != "evaluated":
+            found.append(RepeatRecord(meta.repeat, repeat_id, False, reason=_reason(meta)))
+            continue
+        path = child / "receipt.json"
+        receipt = load_receipt(read_capped(path, MAX_RECEIPT_BYTES), source=str(path))
+        found.append(
+            RepeatRecord(
+                repeat=meta.repeat,
+                run_id=repeat_id,
+                evaluated=True,
+                commit=receipt.identity.head_before,
+                patch_sha256=receipt.identity.patch_sha256,
+                interpretation=receipt.exit.interpretation,
+                exit_status=receipt.exit.status,
+                outcomes=receipt.outcomes,
+                frozen=frozen_record(receipt.frozen_rerun, meta.repeat),
+            )
+        )
+    return sorted(found, key=lambda rep: rep.repeat)
 
 
 def iso_utc(text: str) -> str | None:

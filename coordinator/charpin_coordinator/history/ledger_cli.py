@@ -6,6 +6,8 @@ Coordinator side, because the history lives on the coordinator; prints and picks
                                    left for a person: the ledger refuses the entry as it is)
     ledger review                  the repository's ledger against the history: expired and
                                    near-expiry entries, never-seen entries, unfreeze candidates
+                                   (from its runs, and from its frozen re-runs, `run
+                                   --include-frozen`)
 
 Both take --history PATH, --repo DIR and --json. Exit 0 (a report, not a gate); 64 for usage
 (no database yet, a bad date); a malformed ledger stops with the loader's one line.
@@ -184,15 +186,29 @@ def render_review(found: Review) -> str:
         lambda n: "(renamed or deleted? or no box has run it since the history began)",
     )
     section(
-        f"unfreeze candidates (passed clean in its latest {found.clean_runs}+ recorded runs)",
+        f"unfreeze candidates (passed clean in its latest {found.clean_runs}+ recorded runs, "
+        f"or ran clean {found.clean_runs}+ times in a row when re-run with --include-frozen)",
         found.unfreeze,
-        _unfreeze_detail,
+        lambda n: _unfreeze_detail(n, found.clean_runs),
     )
     return "\n".join(lines) + "\n"
 
 
-def _unfreeze_detail(note: EntryNote) -> str:
-    streak = describe(note.rate) if note.rate else "no clean run"
-    if note.overall is None:
-        return streak
-    return f"{streak}; all recorded runs: {describe(note.overall).split(': ', 1)[0]}"
+def _unfreeze_detail(note: EntryNote, clean_runs: int) -> str:
+    """What makes it a candidate: its runs, its re-runs, or both (one line each)."""
+    out = []
+    if note.reruns is not None and note.reruns.runs >= clean_runs:
+        line = (
+            f"ran clean {note.reruns.runs} times in a row when re-run: consider unfreezing; "
+            f"{describe(note.reruns)}"
+        )
+        if note.reruns_overall is not None and note.reruns_overall.runs > note.reruns.runs:
+            done = note.reruns_overall
+            line += f"; all re-runs: {done.failures} not clean in {done.runs}"
+        out.append(line)
+    if (note.rate is not None and note.rate.runs >= clean_runs) or not out:
+        streak = describe(note.rate) if note.rate else "no clean run"
+        if note.overall is not None:
+            streak += f"; all recorded runs: {describe(note.overall).split(': ', 1)[0]}"
+        out.append(streak)
+    return "\n    ".join(out)

@@ -133,12 +133,20 @@ def _delete(conn: sqlite3.Connection, doomed: list[int]) -> None:
         )
     elif gone:  # many boxes: one pass over the table costs less than the seeks
         conn.execute("DELETE FROM outcome WHERE run_box IN (SELECT id FROM temp.doomed_rb)")
+    # Repeats and frozen side runs are keyed by box of a run first: one range each.
+    for table in ("repeat_outcome", "repeat_box", "frozen_outcome", "frozen_rerun"):
+        conn.execute(
+            f"DELETE FROM {table} WHERE run_box IN (SELECT id FROM temp.doomed_rb)"  # noqa: S608
+        )
     conn.execute("DELETE FROM gate WHERE run_box IN (SELECT id FROM temp.doomed_rb)")
     conn.execute("DELETE FROM run_box WHERE id IN (SELECT id FROM temp.doomed_rb)")
     conn.execute("DELETE FROM run_need WHERE run IN (SELECT id FROM temp.doomed_run)")
     conn.execute("DELETE FROM run WHERE id IN (SELECT id FROM temp.doomed_run)")
+    # A frozen test may be named only by its side runs, a test only by a repeat.
     conn.execute(
-        "DELETE FROM test WHERE NOT EXISTS (SELECT 1 FROM outcome WHERE outcome.test = test.id)"
+        "DELETE FROM test WHERE NOT EXISTS (SELECT 1 FROM outcome WHERE outcome.test = test.id) "
+        "AND NOT EXISTS (SELECT 1 FROM repeat_outcome r WHERE r.test = test.id) "
+        "AND NOT EXISTS (SELECT 1 FROM frozen_outcome f WHERE f.test = test.id)"
     )
     conn.execute(
         "DELETE FROM box WHERE NOT EXISTS (SELECT 1 FROM run_box WHERE run_box.box = box.id)"

@@ -17,6 +17,16 @@ import msgspec
 from charpin_runner.errors import UsageError
 
 from charpin_coordinator.history import store
+from charpin_coordinator.history.query_evidence import (
+    ABSENT,
+    RUN,
+    FrozenDetail,
+    RepeatDetail,
+    first_seen,
+    frozen_details,
+    repeat_details,
+    side_points,
+)
 from charpin_coordinator.history.schema import OUTCOME_CODES, OUTCOME_NAMES
 
 EXIT_BITS = {
@@ -76,6 +86,9 @@ class BoxDetail(Row):
     clean: bool
     gates: list[GateRow]
     failing: list[str]  # failed or error, sorted
+    # Evidence beside the result (`run --repeat N`, `--include-frozen`); never the result.
+    repeats: list[RepeatDetail] = msgspec.field(default_factory=list)
+    frozen_reruns: list[FrozenDetail] = msgspec.field(default_factory=list)
 
 
 class RunDetail(Row):
@@ -94,15 +107,20 @@ class RunDetail(Row):
 
 
 class OutcomePoint(Row):
-    run_id: str
+    run_id: str  # the receipt's id: a repeat's is `<run id>.r<k>`
     started_at: str
     commit: str
-    outcome: str  # a receipt outcome, or "absent" (the box ran, this test did not)
+    outcome: str  # a receipt outcome, "absent" (the box ran, this test did not), "not run"
+    # 1: the box's receipt of record; k > 1: repeat k of that run (`run --repeat`).
+    repeat: int = 1
+    # "run", or "frozen-rerun": the ledger's frozen tests re-run on the side (--include-frozen).
+    source: str = RUN
 
 
 class BoxTimeline(Row):
     box: str
-    points: list[OutcomePoint]  # newest first
+    # Runs newest first; each run's receipt of record first, then its repeats and side runs.
+    points: list[OutcomePoint]
 
 
 class OutcomeTimeline(Row):
@@ -206,31 +224,41 @@ def outcome_timeline(store_path: Path, nodeid: str, limit: int = 30) -> OutcomeT
         if row is None:
             raise UsageError(_no_test(conn, nodeid, store_path))
         test = int(row[0])
-        firsts = conn.execute(
-            "SELECT run_box.box, box.name, min(run.started_at) FROM outcome "
-            "JOIN run_box ON run_box.id = outcome.run_box JOIN run ON run.id = run_box.run "
-            "JOIN box ON box.id = run_box.box WHERE outcome.test = ? "
-            "GROUP BY run_box.box ORDER BY box.name",
-            (test,),
-        ).fetchall()
         timelines = []
-        for box_pk, name, first in firsts:
-            points = [
-                OutcomePoint(
-                    run_id=run_id,
-                    started_at=started,
-                    commit=commit,
-                    outcome="absent" if code is None else OUTCOME_NAMES[int(code)],
+        for box_pk, name, first in first_seen(conn, test):
+            rows = conn.execute(
+                "SELECT run_box.id, run.run_id, run.started_at, run_box.commit_sha, outcome.code "
+                "FROM run_box JOIN run ON run.id = run_box.run "
+                "LEFT JOIN outcome ON outcome.test = ? AND outcome.run_box = run_box.id "
+                "WHERE run_box.box = ? AND run_box.evaluated = 1 AND run.started_at >= ? "
+                "ORDER BY run.started_at DESC, run.run_id DESC LIMIT ?",
+                (test, box_pk, first, limit),
+            ).fetchall()
+            sides = side_points(conn, test, [(int(r[0]), str(r[1])) for r in rows])
+            points = []
+            for rb, run_id, started, commit, code in rows:
+                points.append(
+                    OutcomePoint(
+                        run_id=run_id,
+                        started_at=started,
+                        commit=commit,
+                        outcome="absent" if code is None else OUTCOME_NAMES[int(code)],
+                    )
                 )
-                for run_id, started, commit, code in conn.execute(
-                    "SELECT run.run_id, run.started_at, run_box.commit_sha, outcome.code "
-                    "FROM run_box JOIN run ON run.id = run_box.run "
-                    "LEFT JOIN outcome ON outcome.test = ? AND outcome.run_box = run_box.id "
-                    "WHERE run_box.box = ? AND run_box.evaluated = 1 AND run.started_at >= ? "
-                    "ORDER BY run.started_at DESC, run.run_id DESC LIMIT ?",
-                    (test, box_pk, first, limit),
-                )
-            ]
+                points += [
+                    OutcomePoint(
+                        run_id=side.run_id,
+                        started_at=started,
+                        commit=side.commit,
+                        outcome=side.outcome,
+                        repeat=side.repeat,
+                        source=side.source,
+                    )
+                    for side in sides.get(int(rb), [])
+                    # A test the run's gated set never had (a frozen one) is absent from every
+                    # repeat too: said once, by the record's point.
+                    if not (code is None and side.source == RUN and side.outcome == ABSENT)
+                ]
             timelines.append(BoxTimeline(box=name, points=points))
     return OutcomeTimeline(nodeid=nodeid, boxes=timelines)
 
@@ -310,6 +338,8 @@ def _box_detail(conn: sqlite3.Connection, row: tuple[object, ...]) -> BoxDetail:
             (rb,),
         )
     )
+    counts = _counts(list(row[11:]))
+    pk = int(str(rb))
     return BoxDetail(
         box=str(name),
         evaluated=bool(evaluated),
@@ -320,10 +350,12 @@ def _box_detail(conn: sqlite3.Connection, row: tuple[object, ...]) -> BoxDetail:
         exit_status=None if status is None else int(str(status)),
         collected=int(str(collected)),
         executed=int(str(executed)),
-        counts=_counts(list(row[11:])),
+        counts=counts,
         clean=bool(clean),
         gates=_gate_order(gates),
         failing=failing,
+        repeats=repeat_details(conn, pk, sum(counts.values())),
+        frozen_reruns=frozen_details(conn, pk),
     )
 
 

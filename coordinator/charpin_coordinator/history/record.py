@@ -17,8 +17,9 @@ from pathlib import Path
 
 from charpin_runner.errors import IntegrityError, UsageError
 
-from charpin_coordinator.history import folders, store
-from charpin_coordinator.history.folders import RunRecord
+from charpin_coordinator.history import evidence, folders, store
+from charpin_coordinator.history.evidence import FrozenRecord
+from charpin_coordinator.history.folders import BoxRecord, RunRecord
 from charpin_coordinator.history.schema import OUTCOME_CODES
 
 
@@ -123,7 +124,7 @@ def insert(conn: sqlite3.Connection, rec: RunRecord, *, db: Path) -> bool:
         "INSERT OR IGNORE INTO run_need (run, needs) VALUES (?, ?)",
         [(run_pk, needed) for needed in rec.needs],
     )
-    ids = _test_ids(conn, {nodeid for box in rec.boxes for nodeid in box.outcomes})
+    ids = _test_ids(conn, {nodeid for box in rec.boxes for nodeid in _nodeids(box)})
     rows: list[tuple[int, int, int]] = []
     for box in rec.boxes:
         counts = Counter(box.outcomes.values())
@@ -152,9 +153,20 @@ def insert(conn: sqlite3.Connection, rec: RunRecord, *, db: Path) -> bool:
             [(rb, gate, status, detail) for gate, status, detail in box.gates],
         )
         rows.extend((ids[nodeid], rb, OUTCOME_CODES[o]) for nodeid, o in box.outcomes.items())
+        evidence.insert_box(conn, rb, box.repeats, _frozen(box), ids)
     rows.sort()  # in key order: each test's rows are one range, visited once, front to back
     conn.executemany("INSERT INTO outcome (test, run_box, code) VALUES (?, ?, ?)", rows)
     return True
+
+
+def _frozen(box: BoxRecord) -> list[FrozenRecord]:
+    """The box's frozen side runs: the record's, then each repeat's."""
+    sides = [box.frozen, *(rep.frozen for rep in box.repeats)]
+    return [side for side in sides if side is not None]
+
+
+def _nodeids(box: BoxRecord) -> set[str]:
+    return set(box.outcomes) | evidence.nodeids(box.repeats, _frozen(box))
 
 
 def _box_id(conn: sqlite3.Connection, name: str) -> int:

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from charpin_coordinator.history.prune import PruneResult
 from charpin_coordinator.history.query import (
     BoxCell,
+    BoxDetail,
     BoxHistory,
     BoxRun,
+    OutcomePoint,
     OutcomeTimeline,
     RunDetail,
     RunSummary,
@@ -106,18 +108,56 @@ def detail(run: RunDetail) -> str:
             lines.append(f"  failing {shown(nodeid)}")
         if len(box.failing) > MAX_FAILING:
             lines.append(f"  ... {len(box.failing) - MAX_FAILING} more failing (--json has all)")
+        lines += _evidence_lines(box)
     return "\n".join(lines) + "\n"
+
+
+def _evidence_lines(box: BoxDetail) -> list[str]:
+    """A box's repeats and frozen side runs: evidence, never its result."""
+    lines = []
+    for rep in box.repeats:
+        head = f"  repeat {rep.repeat} ({shown(rep.run_id)}, evidence only): "
+        if not rep.evaluated:
+            lines.append(head + f"NOT EVALUATED ({shown(rep.reason)})")
+            continue
+        counts = "".join(f" · {n} {name}" for name, n in rep.counts.items())
+        lines.append(head + f"{rep.interpretation} (exit {rep.exit_status}){counts}")
+        for nodeid in rep.failing[:MAX_FAILING]:
+            lines.append(f"    failing {shown(nodeid)}")
+        for nodeid in rep.differs[:MAX_FAILING]:
+            lines.append(f"    differs from the record: {shown(nodeid)}")
+        if rep.absent:
+            lines.append(f"    {rep.absent} test(s) of the record not run in this repeat")
+    for side in box.frozen_reruns:
+        where = "" if side.repeat == 1 else f", repeat {side.repeat}"
+        verdict = "clean" if side.clean else "not clean"
+        moved = f" · {side.fixtures_changed} fixture(s) changed" if side.fixtures_changed else ""
+        lines.append(
+            f"  frozen re-run{where} (outside the gate): {verdict} ({side.interpretation})" + moved
+        )
+        for nodeid, outcome in list(side.outcomes.items())[:MAX_FAILING]:
+            lines.append(f"    {outcome} {shown(nodeid)}")
+    return lines
 
 
 def timeline(found: OutcomeTimeline) -> str:
     lines = [shown(found.nodeid)]
     for box in found.boxes:
         lines.append(f"  {shown(box.box)}")
+        sided = any(p.repeat != 1 or p.source != "run" for p in box.points)
         rows = [
-            [when(p.started_at), p.outcome, short(p.commit), shown(p.run_id)] for p in box.points
+            [when(p.started_at), p.outcome, short(p.commit), shown(p.run_id)]
+            + ([_source(p)] if sided else [])
+            for p in box.points
         ]
         lines.extend(f"    {line}" for line in table(rows))
     return "\n".join(lines) + "\n"
+
+
+def _source(point: OutcomePoint) -> str:
+    """Which run of the box gave the outcome, when repeats or side runs are in the timeline."""
+    what = "frozen re-run" if point.source != "run" else "run"
+    return what if point.repeat == 1 else f"{what}, repeat {point.repeat}"
 
 
 def box_history(found: BoxHistory) -> str:

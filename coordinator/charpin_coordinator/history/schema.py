@@ -9,6 +9,14 @@ Version 1: runs, boxes, one row per box of a run, gates, the test-id dictionary 
 range; outcome a small integer, `passed` being 0, which SQLite stores in no bytes at all).
 Version 2: `run_box.clean` (the box ran ok and every gate passed), filled in for old rows, an
 index to find a box's last clean run, and a partial index of failing outcomes per box of a run.
+Version 3: flake evidence beside the receipt of record (which stays in run_box and outcome).
+`repeat_box`, one row per repeat 2..N of a box of a run (`run --repeat N`; repeat 1 is the
+run_box itself) with that repeat's run id, commit and result, and `repeat_outcome`, its tests'
+outcomes; `frozen_rerun`, one row per frozen side run (`--include-frozen`) of a box of a run and
+repeat (1 for the record's), and `frozen_outcome`, one row per frozen test it was asked for
+(code NULL: asked for, not run). Keyed box of a run first (written and pruned together), with
+an index by test for one test's timeline and the ledger review, and a partial index of failing
+repeat outcomes like outcome's (`ledger suggest` starts from the tests that ever failed).
 """
 
 from __future__ import annotations
@@ -103,8 +111,48 @@ CREATE INDEX run_box_clean ON run_box (box, clean, run);
 CREATE INDEX outcome_failing ON outcome (run_box, code) WHERE code IN (1, 2);
 """
 
+_V3 = """
+CREATE TABLE repeat_box (
+    run_box INTEGER NOT NULL,
+    repeat INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    evaluated INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    commit_sha TEXT NOT NULL,
+    patch_sha256 TEXT,
+    interpretation TEXT NOT NULL,
+    exit_status INTEGER,
+    PRIMARY KEY (run_box, repeat)
+) WITHOUT ROWID;
+CREATE TABLE repeat_outcome (
+    run_box INTEGER NOT NULL,
+    repeat INTEGER NOT NULL,
+    test INTEGER NOT NULL,
+    code INTEGER NOT NULL,
+    PRIMARY KEY (run_box, repeat, test)
+) WITHOUT ROWID;
+CREATE INDEX repeat_outcome_by_test ON repeat_outcome (test);
+CREATE INDEX repeat_outcome_failing ON repeat_outcome (run_box, code) WHERE code IN (1, 2);
+CREATE TABLE frozen_rerun (
+    run_box INTEGER NOT NULL,
+    repeat INTEGER NOT NULL,
+    interpretation TEXT NOT NULL,
+    clean INTEGER NOT NULL,
+    fixtures_changed INTEGER NOT NULL,
+    PRIMARY KEY (run_box, repeat)
+) WITHOUT ROWID;
+CREATE TABLE frozen_outcome (
+    run_box INTEGER NOT NULL,
+    repeat INTEGER NOT NULL,
+    test INTEGER NOT NULL,
+    code INTEGER,
+    PRIMARY KEY (run_box, repeat, test)
+) WITHOUT ROWID;
+CREATE INDEX frozen_outcome_by_test ON frozen_outcome (test);
+"""
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 LATEST = len(MIGRATIONS)
 
 

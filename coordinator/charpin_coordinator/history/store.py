@@ -230,12 +230,29 @@ def _prepare(conn: sqlite3.Connection, path: Path) -> None:
     if _state(conn, path) == "current":
         return
     if schema.version(conn) == 0:
-        conn.execute("PRAGMA journal_mode = WAL")  # persistent; needs no open transaction
+        _to_wal(conn)
     with write(conn):
         if _state(conn, path) != "current":
             schema.migrate(conn)
     if _state(conn, path) != "current":  # pragma: no cover - migrate() always gets there
         raise IntegrityError(f"history database {path} did not migrate; {REBUILD_HINT}")
+
+
+def _to_wal(conn: sqlite3.Connection) -> None:
+    """PRAGMA journal_mode = WAL (persistent; needs no open transaction), waiting as a busy
+    handler would: SQLite calls none for a journal mode change, so while another process is
+    creating the same new database (inside its write transaction) the change fails at once
+    with "database is locked". Once that process commits, the file is WAL and this is a no-op."""
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            name = getattr(exc, "sqlite_errorname", "") or ""
+            if not name.startswith("SQLITE_BUSY") or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _state(conn: sqlite3.Connection, path: Path) -> str:

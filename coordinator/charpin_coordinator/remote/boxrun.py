@@ -54,6 +54,9 @@ class RunPlan:
     confine: bool = False  # `verify`: no network, only the checkout writable (under bwrap)
     # Commands run in every shipped checkout after setup, in a per-run venv (`prepare`).
     prepare: Sequence[str] = ()
+    # `run --include-frozen`: the runner also re-runs the ledger's frozen tests on the side,
+    # after everything gated is measured (the receipt's frozen_rerun; never gated).
+    include_frozen: bool = False
     # Secrets of the coordinator's environment, masked in all a box gives back (design §8).
     redactor: Redactor = field(default_factory=lambda: Redactor.from_env(os.environ))
 
@@ -91,6 +94,10 @@ class BoxOutcome:
     received: int = 0
     channels: int = 0  # channels opened to the box: one per run
     phases: dict[str, float] = field(default_factory=dict)
+    # `run --repeat N`: 1 is the receipt of record; the record carries repeats 2..N, each an
+    # independent run of the whole pipeline (evidence only, never gating).
+    repeat: int = 1
+    repeats: list[BoxOutcome] = field(default_factory=list)
 
 
 def receipt_label(alias: str) -> str:
@@ -277,6 +284,7 @@ class _Pipeline:
             "snapshot_sha256": sha or "",
             "patch_sha256": self.plan.patch_sha256,
             "confine": self.plan.confine,
+            "include_frozen": self.plan.include_frozen,
             "host_key_fingerprint": self.box.host_key_fingerprint or "",
             "host_key_accepted_new": self.box.host_key_accepted_new,
             # Values travel in the frame, never in argv (ps, /proc/PID/cmdline on the box).

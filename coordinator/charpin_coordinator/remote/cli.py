@@ -114,6 +114,21 @@ def _add_run(sub: Any) -> None:
         help="a box that changed since its --against reference (default last) sets exit bit 2",
     )
     add(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each box N times in a row (1..20), each a fresh checkout: repeat 1 is the "
+        "receipt of record (gates, drift, exit code); the others are flake evidence only, "
+        "listed in the report's Repeats section and kept under <box>/repeats/<k>/",
+    )
+    add(
+        "--include-frozen",
+        action="store_true",
+        help="also re-run the flake ledger's frozen tests on the side on each box, after the "
+        "gated run is measured; shown in the report and kept for `ledger review`, never gating",
+    )
+    add(
         "--notify",
         metavar="CMD",
         help="after the report, run the shell command CMD with the Markdown report on stdin and "
@@ -184,6 +199,8 @@ def run_remote(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         against=args.against or ("last" if args.gate_against_last else None),
         gate_against=args.gate_against_last,
+        repeat=args.repeat,
+        include_frozen=args.include_frozen,
     )
     history = history_hooks.locate(options.repo, args.history, lenient=True)
     history_hooks.check(history, [args.run_id] if args.run_id else [])
@@ -268,6 +285,10 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise UsageError(
             "--notify needs a command, e.g. --notify 'mail -s charpin ops@example.invalid'"
         )
+    if getattr(args, "repeat", 1) != 1:
+        from charpin_coordinator.remote.repeats import check_count
+
+        check_count(args.repeat)
     if args.timeout is not None and not 0 < args.timeout < float("inf"):
         raise UsageError(f"--timeout {args.timeout} must be a positive number of seconds")
 

@@ -3,6 +3,9 @@
 The folder is assembled under a hidden temporary name and renamed into place in one step, so a
 reader never sees half a run and an existing run is never overwritten. Box folders get a safe
 name derived from the alias; the alias itself stays inside the JSON (`box.json`, `drift.json`).
+With `run --repeat N`, repeat k (2..N) of a box is kept as a box folder of its own inside the
+record's, `<box>/repeats/<k>/` (the same four files; its box.json adds `repeat` and `run_id`), so
+everything that reads `<box>/receipt.json` still reads the receipt of record.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from charpin_runner.errors import UsageError
 from charpin_runner.receipt import write_atomic
 
+from charpin_coordinator.evidence import REPEATS_FOLDER
 from charpin_coordinator.remote.boxrun import BoxOutcome
+from charpin_coordinator.remote.repeats import repeat_run_id
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -65,7 +70,13 @@ def write_run(
     folders = safe_folders([outcome.label for outcome in outcomes])
     try:
         for outcome in outcomes:
-            _write_box(staging / folders[outcome.label], outcome)
+            box = staging / folders[outcome.label]
+            _write_box(box, outcome)
+            if outcome.repeats:
+                (box / REPEATS_FOLDER).mkdir()
+            for repeat in outcome.repeats:
+                ids = {"repeat": repeat.repeat, "run_id": repeat_run_id(run_id, repeat.repeat)}
+                _write_box(box / REPEATS_FOLDER / str(repeat.repeat), repeat, ids)
         write_atomic(staging / "drift.json", report.drift_json)
         write_atomic(staging / "drift.md", report.drift_md)
         if report.drift_html is not None:
@@ -77,7 +88,9 @@ def write_run(
     return final
 
 
-def _write_box(folder: Path, outcome: BoxOutcome) -> None:
+def _write_box(
+    folder: Path, outcome: BoxOutcome, extra: Mapping[str, object] | None = None
+) -> None:
     folder.mkdir()
     if outcome.raw_receipt is not None:
         write_atomic(folder / "receipt.json", outcome.raw_receipt)
@@ -95,5 +108,6 @@ def _write_box(folder: Path, outcome: BoxOutcome) -> None:
         "bytes_received": outcome.received,
         "channels": outcome.channels,
         "phase_seconds": outcome.phases,
+        **(extra or {}),
     }
     write_atomic(folder / "box.json", json.dumps(meta, indent=1, sort_keys=True).encode() + b"\n")

@@ -23,8 +23,15 @@ from charpin_runner.runid import check_run_id, new_run_id
 
 from charpin_coordinator.config import load_config
 from charpin_coordinator.drift import build_report
+from charpin_coordinator.evidence import (
+    Attempt,
+    frozen_section,
+    has_frozen_rerun,
+    repeats_section,
+    with_evidence,
+)
 from charpin_coordinator.html_report import render_html
-from charpin_coordinator.remote import provision, results, snapshot
+from charpin_coordinator.remote import provision, repeats, results, snapshot
 from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, Phase, RunPlan, run_box
 from charpin_coordinator.remote.builtin import clean_target, local_target
 from charpin_coordinator.remote.bundle import runner_bundle
@@ -76,6 +83,11 @@ class Options:
     # gate_against, a box that changed since then sets exit bit 2.
     against: str | None = None
     gate_against: bool = False
+    # `--repeat N`: each box runs N times in a row; repeat 1 is the receipt of record, the
+    # others are evidence only (remote/repeats.py).
+    repeat: int = 1
+    # `--include-frozen`: the ledger's frozen tests also run on the side, outside every gate.
+    include_frozen: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,7 @@ class Planned:
     jobs: int
     disposals: Disposals = field(default_factory=Disposals)
     against: Against | None = None
+    repeat: int = 1
 
 
 @dataclass(frozen=True)
@@ -121,6 +134,7 @@ def plan(options: Options) -> Planned:
     snap = snapshot.resolve(repo, options.commit)
     loaded = load_config(repo, rev=options.config_rev or snap.commit)
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
+    repeats.check_ids(run_id, repeats.check_count(options.repeat))
     out_dir = (options.out_dir or repo / ".charpin" / "runs").absolute()
     if (out_dir / run_id).exists():
         raise UsageError(f"{out_dir / run_id} already exists; pick another --run-id")
@@ -137,6 +151,7 @@ def plan(options: Options) -> Planned:
         sandbox=options.sandbox,
         patch_sha256=options.patch_sha256,
         confine=options.confine,
+        include_frozen=options.include_frozen,
     )
     if ssh_import is not None:
         ssh_import.join()
@@ -149,20 +164,33 @@ def plan(options: Options) -> Planned:
         against = resolve_against(
             options.against, repo=repo, out_dir=out_dir, gating=options.gate_against
         )
-    return Planned(shared, targets, out_dir, options.baseline, options.jobs, disposals, against)
+    return Planned(
+        shared,
+        targets,
+        out_dir,
+        options.baseline,
+        options.jobs,
+        disposals,
+        against,
+        options.repeat,
+    )
 
 
 def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = None) -> RunResult:
     """Run every box (at most planned.jobs at once), report the drift, write the run folder.
     With a history database, drift.html also shows each box's trend and the flaky tests."""
     shared = planned.plan
-    jobs = [Job(target.label, _Bound(target, shared)) for target in planned.targets]
     clock = _PhaseClock(phase or _quiet)
+    jobs = [
+        Job(target.label, _Bound(target, shared, clock, planned.repeat))
+        for target in planned.targets
+    ]
     threading.Thread(target=_import, args=(_AFTER_THE_RUN,), daemon=True).start()
     fan = run_all(jobs, max_workers=planned.jobs, phase=clock)
 
     for outcome in fan.outcomes:
-        outcome.phases = clock.seconds.get(outcome.label, {})
+        for one in (outcome, *outcome.repeats):
+            one.phases = clock.seconds.get((outcome.label, one.repeat), {})
     receipts = [(o.label, o.receipt) for o in fan.outcomes if o.receipt is not None]
     missing = [o.not_evaluated for o in fan.outcomes if o.not_evaluated is not None]
     baseline = planned.baseline
@@ -174,6 +202,7 @@ def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = 
     if planned.against is not None:
         found = since(receipts, planned.against, out_dir=planned.out_dir, run_id=shared.run_id)
         report = with_since(report, found)
+    report = _with_evidence(report, fan.outcomes, shared, planned.repeat)
     # Box output was masked as it arrived; labels and reasons built from it here are masked too,
     # value by value, before any encoding escapes a secret out of recognition.
     report = map_strings(report, shared.redactor.text)
@@ -189,6 +218,31 @@ def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = 
         ),
     )
     return RunResult(report, fan.outcomes, folder, fan.interrupted, planned.disposals)
+
+
+def _with_evidence(
+    report: DriftReport, outcomes: Sequence[BoxOutcome], shared: RunPlan, count: int
+) -> DriftReport:
+    """The Repeats and frozen re-run sections, when asked for (or, for the latter, when a
+    receipt carries a side run); evidence only, so the rest of the report is left as it is."""
+    boxes = [
+        (
+            outcome.label,
+            [
+                Attempt(
+                    one.repeat,
+                    repeats.repeat_run_id(shared.run_id, one.repeat),
+                    one.receipt,
+                    one.not_evaluated,
+                )
+                for one in (outcome, *outcome.repeats)
+            ],
+        )
+        for outcome in outcomes
+    ]
+    section = repeats_section(count, boxes) if count > 1 else None
+    wanted = shared.include_frozen or has_frozen_rerun(boxes)
+    return with_evidence(report, repeats=section, frozen=frozen_section(boxes) if wanted else None)
 
 
 def _drift_html(report: DriftReport, history: Path | None, run_id: str) -> bytes:
@@ -256,35 +310,60 @@ def _target(spec: HostSpec, repo: Path, options: Options, disposals: Disposals) 
 
 
 class _PhaseClock:
-    """Seconds each box spent in each phase (kept in box.json), passed on to a display."""
+    """Seconds each box spent in each phase (kept in box.json), passed on to a display; with
+    --repeat, per repeat, so the record's box.json counts only its own run."""
 
     _ENDS = ("done", "not evaluated")
 
     def __init__(self, show: Phase):
         self._show = show
         self._lock = threading.Lock()
-        self._current: dict[str, tuple[str, float]] = {}
-        self.seconds: dict[str, dict[str, float]] = {}
+        self._current: dict[str, tuple[int, str, float]] = {}
+        self.seconds: dict[tuple[str, int], dict[str, float]] = {}
 
     def __call__(self, label: str, name: str) -> None:
+        self._tick(label, 1, name, name)
+
+    def repeat(self, repeat: int, count: int) -> Phase:
+        """The phase callback of repeat `repeat` (2..count): shown as `repeat k/N: phase`."""
+
+        def phase(label: str, name: str) -> None:
+            self._tick(label, repeat, name, f"repeat {repeat}/{count}: {name}")
+
+        return phase
+
+    def _tick(self, label: str, repeat: int, name: str, shown: str) -> None:
         now = time.monotonic()
         with self._lock:
             old = self._current.get(label)
-            if old is not None and old[0] not in self._ENDS:
-                spent = self.seconds.setdefault(label, {})
-                spent[old[0]] = round(spent.get(old[0], 0.0) + now - old[1], 3)
-            self._current[label] = (name, now)
-        self._show(label, name)
+            if old is not None and old[1] not in self._ENDS:
+                spent = self.seconds.setdefault((label, old[0]), {})
+                spent[old[1]] = round(spent.get(old[1], 0.0) + now - old[2], 3)
+            self._current[label] = (repeat, name, now)
+        self._show(label, shown)
 
 
 class _Bound:
-    """run_box for one target and plan, as the fan-out calls it."""
+    """run_box for one target and plan, as the fan-out calls it; with --repeat, then the
+    repeats, one after the other, carried by the record's outcome."""
 
-    def __init__(self, target: BoxTarget, shared: RunPlan):
-        self.target, self.shared = target, shared
+    def __init__(self, target: BoxTarget, shared: RunPlan, clock: _PhaseClock, count: int = 1):
+        self.target, self.shared, self.clock, self.count = target, shared, clock, count
 
     def __call__(self, phase: Phase, stop: threading.Event) -> BoxOutcome:
-        return run_box(self.target, self.shared, phase, stop)
+        first = run_box(self.target, self.shared, phase, stop)
+        if self.count > 1:
+            first.repeats = repeats.run_repeats(
+                first,
+                self.target,
+                self.shared,
+                self.count,
+                lambda k: self.clock.repeat(k, self.count),
+                stop,
+            )
+            # The display ends on the record's state, as it does without repeats.
+            phase(self.target.label, "done" if first.not_evaluated is None else "not evaluated")
+        return first
 
 
 _SSH = ("charpin_coordinator.remote.ssh",)
