@@ -242,6 +242,9 @@ def _canonicalise(r: Receipt) -> None:
         records.sort(key=key)
     for widening in r.quarantine.widening:
         widening.matches.sort()
+    if r.frozen_rerun is not None:
+        r.frozen_rerun.requested.sort()
+        r.frozen_rerun.fixtures_changed.sort()
 
 
 # -- per-item checks -------------------------------------------------------------------------------
@@ -284,6 +287,12 @@ def _problems(r: Receipt) -> Iterator[str]:
     yield from _paths(list(r.environment.conftest_sha256), "$.environment.conftest_sha256")
     for index, pin in enumerate(r.pins.results):
         yield from _paths(list(pin.files), f"$.pins.results[{index}].files")
+    side = r.frozen_rerun
+    if side is not None:
+        # The side run's ids and paths are shown and recorded like the run's own: same screen.
+        yield from _nodeids(side.requested, "$.frozen_rerun.requested", unique=True)
+        yield from _nodeids(list(side.outcomes), "$.frozen_rerun.outcomes", unique=False)
+        yield from _paths(side.fixtures_changed, "$.frozen_rerun.fixtures_changed", unique=True)
 
 
 def _at(where: str, index: int) -> str:
@@ -331,7 +340,8 @@ def _nodeids(ids: list[str], where: str, *, unique: bool = True) -> Iterator[str
         return
     seen: set[str] = set()
     for index, nodeid in enumerate(ids):
-        at = f"$.outcomes[{nodeid!r}]" if where == "$.outcomes" else _at(where, index)
+        keyed = where in ("$.outcomes", "$.frozen_rerun.outcomes")
+        at = f"{where}[{nodeid!r}]" if keyed else _at(where, index)
         file_part = nodeid.split("::", 1)[0]
         reason = _path_problem(file_part) if file_part else "is empty"
         if reason is not None:
