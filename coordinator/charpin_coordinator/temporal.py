@@ -148,7 +148,7 @@ def compare_box(label: str, now: Receipt, ref: Labeled | None) -> SinceBox:
     if upgrades and changed:
         cause = "; ".join(upgrades) + " (coincides with the changes below)"
     commits = before.identity.head_before, now.identity.head_before
-    what = [f"commit {commits[0][:12]} -> {commits[1][:12]}" if commits[0] != commits[1] else ""]
+    what = [f"commit {commits[0][:12]} → {commits[1][:12]}" if commits[0] != commits[1] else ""]
     if failures:
         what.append(f"{len(failures)} new failure(s)")
     moved = [d.name for d in dims if d.gating]
@@ -215,16 +215,16 @@ def _upgrades(before: Receipt, now: Receipt) -> list[str]:
     b, n = before.environment, now.environment
     out = []
     if b.implementation != n.implementation:
-        out.append(f"Python {b.implementation} {b.python} -> {n.implementation} {n.python}")
+        out.append(f"Python {b.implementation} {b.python} → {n.implementation} {n.python}")
     elif b.python != n.python:
-        out.append(f"Python {b.python} -> {n.python}")
+        out.append(f"Python {b.python} → {n.python}")
     if b.pytest_version != n.pytest_version:
-        out.append(f"pytest {b.pytest_version or 'none'} -> {n.pytest_version or 'none'}")
+        out.append(f"pytest {b.pytest_version or 'none'} → {n.pytest_version or 'none'}")
     gone, came = set(b.plugins) - set(n.plugins), set(n.plugins) - set(b.plugins)
     old = {_plugin_name(p): p for p in gone}
     new = {_plugin_name(p): p for p in came}
     for name in sorted(old.keys() & new.keys()):
-        out.append(f"plugin {name} {_version(old[name])} -> {_version(new[name])}")
+        out.append(f"plugin {name} {_version(old[name])} → {_version(new[name])}")
     out += [f"plugin {new[name]} added" for name in sorted(new.keys() - old.keys())]
     out += [f"plugin {old[name]} removed" for name in sorted(old.keys() - new.keys())]
     return out

@@ -117,7 +117,7 @@ def test_an_upgrade_on_the_box_is_named_as_the_likely_cause_and_gates_only_when_
     clean = since_box(report, "clean")
     assert clean["new_failures"] == [TEST]
     assert clean["likely_cause"] == (
-        f"Python 3.9.0 -> {now_python}; plugin pytest-old-1.0 removed"
+        f"Python 3.9.0 → {now_python}; plugin pytest-old-1.0 removed"
         " (coincides with the changes below)"
     )
     assert since_box(report, "local")["likely_cause"] is None

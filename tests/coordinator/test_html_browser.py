@@ -376,10 +376,10 @@ def test_drift_html_shows_what_changed_since_the_last_run(
     assert "Gating (--gate-against-last)" in _texts(browser, "#since-gating")[0]
     clean = _texts(browser, '#since-table tr[data-box="clean"] td')
     assert clean[:2] == ["clean", "r1"] and clean[4] == "exit bit 2"
-    assert "likely cause: Python 3.9.0 -> " in clean[3]
+    assert "likely cause: Python 3.9.0 → " in clean[3]
     block = '#since .since-box[data-box="clean"]'
     [cause] = _texts(browser, f'{block} [data-kind="likely-cause"]')
-    assert cause.startswith(f"Likely cause: Python {OLD_PYTHON} -> ")
+    assert cause.startswith(f"Likely cause: Python {OLD_PYTHON} → ")
     new_failures = _texts(browser, f'{block} ul[data-kind="new-failures"] li')
     assert "tests/test_report.py::test_passes" in new_failures
     assert f"tests/test_report.py::test_new[{SCRIPT_ID}]" in new_failures
