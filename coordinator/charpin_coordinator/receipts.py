@@ -287,12 +287,12 @@ def _problems(r: Receipt) -> Iterator[str]:
     yield from _paths(list(r.environment.conftest_sha256), "$.environment.conftest_sha256")
     for index, pin in enumerate(r.pins.results):
         yield from _paths(list(pin.files), f"$.pins.results[{index}].files")
-    side = r.frozen_rerun
-    if side is not None:
+    rerun = r.frozen_rerun
+    if rerun is not None:
         # The side run's ids and paths are shown and recorded like the run's own: same screen.
-        yield from _nodeids(side.requested, "$.frozen_rerun.requested", unique=True)
-        yield from _nodeids(list(side.outcomes), "$.frozen_rerun.outcomes", unique=False)
-        yield from _paths(side.fixtures_changed, "$.frozen_rerun.fixtures_changed", unique=True)
+        yield from _nodeids(rerun.requested, "$.frozen_rerun.requested", unique=True)
+        yield from _nodeids(list(rerun.outcomes), "$.frozen_rerun.outcomes", unique=False)
+        yield from _paths(rerun.fixtures_changed, "$.frozen_rerun.fixtures_changed", unique=True)
 
 
 def _at(where: str, index: int) -> str:

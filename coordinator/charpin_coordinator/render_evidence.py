@@ -34,11 +34,13 @@ def text_lines(report: DriftReport) -> list[str]:
     frozen = report.frozen_reruns
     if not isinstance(frozen, msgspec.UnsetType):
         out += ["", f"frozen tests re-run ({FROZEN_TITLE})"]
-        for side in frozen.boxes:
+        for side, same in _folded(frozen.boxes):
             out.append(f"  {_where(side)}: {_verdict(side)}")
             if side.repeat == 1 or not side.clean:
                 rows = list(side.outcomes.items())
                 out += [f"    {nodeid}  {outcome}" for nodeid, outcome in rows[:MAX_ROWS]]
+            if same:
+                out.append(f"  {side.box}, {_repeats(same)}: the same as repeat {side.repeat}")
                 if len(rows) > MAX_ROWS:
                     out.append(f"    ... {len(rows) - MAX_ROWS} more in drift.json")
         out += [f"  {line}" for line in frozen.absent]
@@ -74,13 +76,17 @@ def markdown_lines(report: DriftReport, md: Escape, code: Callable[..., str]) ->
     frozen = report.frozen_reruns
     if not isinstance(frozen, msgspec.UnsetType):
         out += ["", "### Frozen tests re-run (outside the gate)", "", f"*{FROZEN_TITLE}.*", ""]
-        for side in frozen.boxes:
+        for side, same in _folded(frozen.boxes):
             where = code(side.box) + (f", repeat {side.repeat}" if side.repeat > 1 else "")
             verdict = "**clean**" if side.clean else "**not clean**"
             out.append(f"- {where}: {verdict} {md(_details(side))}")
             if side.repeat == 1 or not side.clean:
                 rows = list(side.outcomes.items())[:MAX_ROWS]
                 out += [f"  - {code(nodeid)}: {md(outcome)}" for nodeid, outcome in rows]
+            if same:
+                out.append(
+                    f"- {code(side.box)}, {_repeats(same)}: the same as repeat {side.repeat}"
+                )
         out += [f"- {md(line)}" for line in frozen.absent]
     return out
 
@@ -92,6 +98,36 @@ def _box_summary(box: RepeatBox, count: int) -> str:
         else "no test differs between repeats"
     )
     return f"{box.evaluated} of {count} repeats evaluated · {differ}"
+
+
+def _folded(boxes: list[FrozenRerunBox]) -> list[tuple[FrozenRerunBox, list[int]]]:
+    """Each side run shown, with the later repeats of its box that ended exactly the same way
+    (ten identical side runs of --repeat 10 are one entry, not ten)."""
+    out: list[tuple[FrozenRerunBox, list[int]]] = []
+    for side in boxes:
+        if out and out[-1][0].box == side.box and _same(out[-1][0], side):
+            out[-1][1].append(side.repeat)
+        else:
+            out.append((side, []))
+    return out
+
+
+def _same(a: FrozenRerunBox, b: FrozenRerunBox) -> bool:
+    return (a.clean, a.interpretation, a.outcomes, a.fixtures_changed, a.reasons) == (
+        b.clean,
+        b.interpretation,
+        b.outcomes,
+        b.fixtures_changed,
+        b.reasons,
+    )
+
+
+def _repeats(numbers: list[int]) -> str:
+    if len(numbers) == 1:
+        return f"repeat {numbers[0]}"
+    if numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"repeats {numbers[0]}-{numbers[-1]}"
+    return "repeats " + ", ".join(str(n) for n in numbers)
 
 
 def _where(side: FrozenRerunBox) -> str:

@@ -182,3 +182,26 @@ def test_compare_shows_side_runs_of_a_fleet_and_gates_as_without(
     assert code == 0  # a failing frozen test on the side changes nothing
     assert [(s["box"], s["clean"]) for s in report["frozen_reruns"]["boxes"]] == [("a", False)]
     assert report["frozen_reruns"]["absent"][0].startswith("b: no frozen tests re-run")
+
+
+def test_identical_side_runs_of_later_repeats_are_folded_into_one_line() -> None:
+    _, plain = _base()
+    clean = frozen_rerun({FROZEN: "passed"})
+    dirty = frozen_rerun({}, requested=[FROZEN])
+    started = "2026-06-01T00:00:00Z"
+    attempts = [Attempt(1, "r1", box("a", "r1", started, frozen_rerun=clean))]
+    attempts += [
+        Attempt(k, f"r1.r{k}", box("a", f"r1.r{k}", started, frozen_rerun=clean))
+        for k in (2, 3, 4)
+    ]
+    attempts.append(Attempt(5, "r1.r5", box("a", "r1.r5", started, frozen_rerun=dirty)))
+    attempts.append(Attempt(6, "r1.r6", box("a", "r1.r6", started, frozen_rerun=clean)))
+    report = with_evidence(plain, frozen=frozen_section([("a", attempts)]))
+    lines = render_text(report, color=False).splitlines()
+    side = lines[lines.index(next(line for line in lines if line.startswith("frozen tests"))) :]
+    assert "  a, repeats 2-4: the same as repeat 1" in side
+    # A side run that differs is shown whole, and the one after it is not folded into repeat 1.
+    assert any(line.startswith("  a, repeat 5: not clean") for line in side)
+    assert any(line.startswith("  a, repeat 6: clean") for line in side)
+    assert sum(line.startswith("  a") for line in side) == 4
+    assert "- `a`, repeats 2-4: the same as repeat 1" in render_markdown(report)
