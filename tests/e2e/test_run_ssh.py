@@ -461,3 +461,76 @@ def test_hosts_check_says_bad_when_run_would_lack_pytest(
     assert main([*argv, "--ssh-config", str(_ssh_config(tmp_path, [box]))]) == 4
     [bad] = [ln for ln in capsys.readouterr().out.splitlines() if " BAD " in ln]
     assert bad.startswith(f"[nopy] BAD pytest: {bare} on nopy cannot import pytest")
+
+
+FLAKY_TEST = """\
+import os
+from pathlib import Path
+
+
+def test_flaky():
+    # Fails every third execution on a box: the counter file lives outside the checkout.
+    counter = Path(os.environ["CHARPIN_TEST_COUNTER"])
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    assert n % 3 != 0
+
+
+def test_frozen():
+    pass
+"""
+FROZEN_LEDGER = json.dumps(
+    {
+        "version": 1,
+        "entries": [
+            {
+                "id": "tests/test_flaky.py::test_frozen",
+                "reason": "flaky on CI",
+                "owner": "ana",
+                "expires": "2099-01-01",
+            }
+        ],
+    }
+)
+
+
+def test_repeats_and_frozen_re_runs_over_ssh_are_evidence_and_never_gate(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    boxes = [
+        sshd_factory(name=name, alias=name, set_env={"CHARPIN_TEST_COUNTER": str(tmp_path / name)})
+        for name in ("one", "two")
+    ]
+    repo = _repo(
+        tmp_path / "repo",
+        boxes,
+        {"tests/test_flaky.py": FLAKY_TEST, "flake-ledger.json": FROZEN_LEDGER},
+        extra_toml='[tool.charpin]\nledger = "flake-ledger.json"\n',
+    )
+    config = _ssh_config(tmp_path, boxes)
+    code, report, folder = _run(repo, config, "one,two", "--repeat", "3", "--include-frozen")
+    # Repeat 1 (the record) passed everywhere: the third repeat's failure does not gate.
+    assert code == 0, report["exit_bits"]
+    repeats = report["repeats"]
+    assert isinstance(repeats, dict) and repeats["count"] == 3
+    for entry in repeats["boxes"]:
+        assert entry["evaluated"] == 3 and entry["run_ids"] == ["r1", "r1.r2", "r1.r3"]
+        assert entry["differing"] == [
+            {"item": "tests/test_flaky.py::test_flaky", "outcomes": ["passed", "passed", "failed"]}
+        ]
+    frozen = report["frozen_reruns"]
+    assert isinstance(frozen, dict)
+    assert sorted((s["box"], s["repeat"], s["clean"]) for s in frozen["boxes"]) == [
+        (name, k, True) for name in ("one", "two") for k in (1, 2, 3)
+    ]
+    for name in ("one", "two"):
+        # Each repeat is its own sealed receipt, bound to its own run id, in its own folder.
+        third = json.loads((folder / name / "repeats" / "3" / "receipt.json").read_text())
+        assert (
+            third["run_id"] == "r1.r3"
+            and third["outcomes"]["tests/test_flaky.py::test_flaky"] == "failed"
+        )
+        record = json.loads((folder / name / "receipt.json").read_text())
+        assert record["run_id"] == "r1" and record["frozen_rerun"]["clean"] is True
+        assert "tests/test_flaky.py::test_frozen" not in record["outcomes"]
+    assert not any(_left_on_box(b) for b in boxes)
