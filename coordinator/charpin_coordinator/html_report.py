@@ -16,6 +16,8 @@ from charpin_coordinator.report import (
     MAX_FAILING,
     Dimension,
     DriftReport,
+    FrozenReruns,
+    Repeats,
     Since,
     SinceBox,
 )
@@ -200,7 +202,8 @@ def render_html(
     """The report as one self-contained page (drift.html). `trend` (box -> runs, oldest first) and `flaky`
     come from the run history when there is one; each adds its section only when given. A report
     made with `run --against` (report.since) adds the "Since" section: each box against its own
-    earlier receipt."""
+    earlier receipt; one with repeats or frozen side runs (report.repeats, .frozen_reruns) adds
+    the Repeats and "Frozen tests re-run" sections, evidence that never gates."""
     sections = [
         ("summary", "Summary"),
         ("boxes", "Boxes"),
@@ -211,6 +214,13 @@ def render_html(
         ("drift", "Other drift"),
         ("not-evaluated", "Not evaluated"),
     ]
+    # Evidence beside the result (`run --repeat N`, `--include-frozen`): UNSET when not asked for.
+    repeats = report.repeats if isinstance(report.repeats, Repeats) else None
+    frozen = report.frozen_reruns if isinstance(report.frozen_reruns, FrozenReruns) else None
+    if repeats is not None:
+        sections.append(("repeats", "Repeats"))
+    if frozen is not None:
+        sections.append(("frozen-reruns", "Frozen re-runs"))
     if report.since is not None:
         sections.append(("since", "Since"))
     if trend is not None:
@@ -229,6 +239,14 @@ def render_html(
         _other_drift(report),
         _not_evaluated(report),
     ]
+    if repeats is not None or frozen is not None:
+        # Imported here: only a page made with --repeat or --include-frozen has the sections.
+        from charpin_coordinator import html_evidence
+
+        if repeats is not None:
+            body.append(html_evidence.repeats_section(repeats))
+        if frozen is not None:
+            body.append(html_evidence.frozen_section(frozen))
     # Next to the trend: both are this box over time, where the sections above are across boxes.
     if report.since is not None:
         # Imported here: only a page made with --against has the section.
@@ -267,6 +285,14 @@ def _summary(report: DriftReport) -> str:
         from charpin_coordinator.html_since import since_summary
 
         out.append(since_summary(report.since))
+    if isinstance(report.repeats, Repeats):
+        from charpin_coordinator.html_evidence import repeats_summary
+
+        out.append(repeats_summary(report.repeats))
+    if isinstance(report.frozen_reruns, FrozenReruns):
+        from charpin_coordinator.html_evidence import frozen_summary
+
+        out.append(frozen_summary(report.frozen_reruns))
     out.append("</ul></section>")
     return "\n".join(out)
 
@@ -528,7 +554,7 @@ def _flaky(flaky: Sequence[FlakyTest]) -> str:
     out = [
         '<section id="flaky"><h2>Flaky tests</h2>',
         '<p class="muted">Tests that failed in some runs of one commit on a box and passed in '
-        "others.</p>",
+        "others (each repeat of run --repeat is a run of its own).</p>",
     ]
     if not flaky:
         out.append('<p class="muted">None found.</p>')
@@ -603,26 +629,31 @@ def derive_trend(runs: Sequence[IndexedRun]) -> dict[str, list[TrendPoint]]:
 
 
 def derive_flaky(runs: Sequence[IndexedRun]) -> list[FlakyTest]:
-    """Tests that failed in some but not all runs of the same commit on the same box. A box
+    """Tests that failed in some but not all runs of the same commit on the same box. Each
+    repeat of a run (`run --repeat`, the report's Repeats section) is a run of its own, as
+    `ledger suggest` counts them; a repeat that ran without the test is no run of it. A box
     whose failing list was capped says nothing about the tests it does not list: skipped."""
-    seen: dict[tuple[str, str], list[set[str]]] = {}
+    # Imported here: html_evidence builds on this module's helpers.
+    from charpin_coordinator.html_evidence import TriedRun, tried_runs
+
+    seen: dict[tuple[str, str], list[TriedRun]] = {}
     for run in runs:
         if run.report is None:
             continue
+        repeats = run.report.repeats if isinstance(run.report.repeats, Repeats) else None
         for box in run.report.boxes:
             if len(box.failing) >= MAX_FAILING:
                 continue
-            seen.setdefault((box.label, box.commit), []).append(set(box.failing))
+            seen.setdefault((box.label, box.commit), []).extend(tried_runs(box, repeats))
     found: dict[tuple[str, str], list[int]] = {}
-    for (label, _commit), runs_failing in seen.items():
-        if len(runs_failing) < 2:
-            continue
-        for test in set().union(*runs_failing):
-            failed = sum(1 for failing in runs_failing if test in failing)
-            if failed < len(runs_failing):
+    for (label, _commit), tried in seen.items():
+        for test in set().union(*(t.failing for t in tried)):
+            ran = [t for t in tried if test not in t.absent]
+            failed = sum(1 for t in ran if test in t.failing)
+            if failed < len(ran):
                 counts = found.setdefault((test, label), [0, 0])
                 counts[0] += failed
-                counts[1] += len(runs_failing)
+                counts[1] += len(ran)
     return [
         FlakyTest(test, box, failed, total)
         for (test, box), (failed, total) in sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))

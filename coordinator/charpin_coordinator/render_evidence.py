@@ -39,10 +39,10 @@ def text_lines(report: DriftReport) -> list[str]:
             if side.repeat == 1 or not side.clean:
                 rows = list(side.outcomes.items())
                 out += [f"    {nodeid}  {outcome}" for nodeid, outcome in rows[:MAX_ROWS]]
-            if same:
-                out.append(f"  {side.box}, {_repeats(same)}: the same as repeat {side.repeat}")
                 if len(rows) > MAX_ROWS:
                     out.append(f"    ... {len(rows) - MAX_ROWS} more in drift.json")
+            if same:
+                out.append(f"  {side.box}, {_repeats(same)}: the same as repeat {side.repeat}")
         out += [f"  {line}" for line in frozen.absent]
         if not frozen.boxes and not frozen.absent:
             out.append("  no box gave a receipt")

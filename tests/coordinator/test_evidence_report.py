@@ -191,8 +191,7 @@ def test_identical_side_runs_of_later_repeats_are_folded_into_one_line() -> None
     started = "2026-06-01T00:00:00Z"
     attempts = [Attempt(1, "r1", box("a", "r1", started, frozen_rerun=clean))]
     attempts += [
-        Attempt(k, f"r1.r{k}", box("a", f"r1.r{k}", started, frozen_rerun=clean))
-        for k in (2, 3, 4)
+        Attempt(k, f"r1.r{k}", box("a", f"r1.r{k}", started, frozen_rerun=clean)) for k in (2, 3, 4)
     ]
     attempts.append(Attempt(5, "r1.r5", box("a", "r1.r5", started, frozen_rerun=dirty)))
     attempts.append(Attempt(6, "r1.r6", box("a", "r1.r6", started, frozen_rerun=clean)))
@@ -205,3 +204,23 @@ def test_identical_side_runs_of_later_repeats_are_folded_into_one_line() -> None
     assert any(line.startswith("  a, repeat 6: clean") for line in side)
     assert sum(line.startswith("  a") for line in side) == 4
     assert "- `a`, repeats 2-4: the same as repeat 1" in render_markdown(report)
+
+
+def test_side_runs_of_later_repeats_only_and_many_frozen_tests_render() -> None:
+    # Side runs of repeats 2 and 3 only (the record had none), both clean: folded, no rows.
+    _, plain = _base()
+    many = {f"tests/test_m.py::test_{n}": "passed" for n in range(60)}
+    started = "2026-06-01T00:00:00Z"
+    attempts = [Attempt(1, "r1", box("a", "r1", started))]
+    attempts += [
+        Attempt(k, f"r1.r{k}", box("a", f"r1.r{k}", started, frozen_rerun=frozen_rerun(many)))
+        for k in (2, 3)
+    ]
+    attempts.append(Attempt(4, "r1.r4", box("a", "r1.r4", started)))
+    report = with_evidence(plain, frozen=frozen_section([("a", attempts)]))
+    text = render_text(report, color=False)
+    assert "  a, repeat 3: the same as repeat 2" in text
+    # A record with 60 frozen tests lists 50 and says how many more.
+    record = [Attempt(1, "r1", box("a", "r1", started, frozen_rerun=frozen_rerun(many)))]
+    text = render_text(with_evidence(plain, frozen=frozen_section([("a", record)])), color=False)
+    assert "    ... 10 more in drift.json" in text

@@ -3,7 +3,8 @@
 box not evaluated are in the DOM, a screenshot is kept, and hostile test ids and file names from a
 real run stay text (no script runs, no `onerror` fires), with and without the page's CSP. A
 second real run with `--against last` shows its "Since" section (new failures, a vanished test,
-a Python upgrade as the likely cause) and the changed night in the trend.
+a Python upgrade as the likely cause) and the changed night in the trend; made with `--repeat 2`,
+it shows its Repeats section too.
 
 Without a browser these tests skip; under CHARPIN_REQUIRE_BROWSER=1 (CI) they fail instead.
 Screenshots go to the test's tmp_path and, when CHARPIN_ARTIFACTS is set, are copied there.
@@ -332,9 +333,9 @@ OLD_PYTHON = "3.9.0"
 
 @pytest.fixture(scope="module")
 def since_run(hostile_run: HostileRun) -> Path:
-    """r2: `run --hosts local,clean --against last --gate-against-last` after a commit that
-    breaks a test, drops one and adds a hostile one; r1's receipt of `clean` says an older
-    Python (the box was upgraded since), so the Python change is named as the likely cause.
+    """r2: `run --hosts local,clean --against last --gate-against-last --repeat 2` after a
+    commit that breaks a test, drops one and adds a hostile one; r1's receipt of `clean` says an
+    older Python (the box was upgraded since), so the Python change is named as the likely cause.
     r1's pages and index.html stay as they were (this writes r2 and index-since.html), so the
     tests of r1 read the same files in any order."""
     repo, env = hostile_run.repo, hostile_run.env
@@ -350,7 +351,7 @@ def since_run(hostile_run: HostileRun) -> Path:
     done = subprocess.run(
         [*command, "run", "--repo", str(repo), "--hosts", "local,clean", "--out",
          str(hostile_run.runs), "--run-id", "r2", "--timeout", "120", "-q", "--against", "last",
-         "--gate-against-last"],
+         "--gate-against-last", "--repeat", "2"],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     folder = hostile_run.runs / "r2"
@@ -408,6 +409,17 @@ def test_drift_html_shows_what_changed_since_the_last_run(
     width, height = _png_size(shot)
     assert section.location["y"] + section.size["height"] <= height
     assert section.size["width"] <= width
+
+
+def test_drift_html_shows_the_repeats_of_the_night(browser: Any, since_run: Path) -> None:
+    _open(browser, since_run / "drift.html")
+    _no_script_ran(browser, browser.title)
+    assert _texts(browser, "nav a[href='#repeats']") == ["Repeats"]
+    assert "Repeats never gate" in _texts(browser, "#repeats-gating")[0]
+    for box in ("local", "clean"):
+        cells = _texts(browser, f'#repeat-boxes tr[data-box="{box}"] td')
+        assert cells == [box, "2 of 2", "0", "r2, r2.r2"], cells
+    assert _texts(browser, "#repeat-matrix") == []  # every test failed the same way twice
 
 
 def test_the_index_marks_the_night_that_changed(browser: Any, since_run: Path) -> None:

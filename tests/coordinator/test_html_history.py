@@ -1,6 +1,7 @@
 """drift.html with the run history: each box's trend (its earlier runs from the history database,
-then this run) and the tests failing now that had another outcome on the same box and commit
-before. Real `charpin-remote run --hosts local` runs recording into a real history database."""
+then this run) and the tests failing now that passed on the same box and commit in another run,
+each repeat of `--repeat` counted as a run. Real `charpin-remote run --hosts local` runs recording
+into a real history database."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from charpin_coordinator.html_history import history_sections
 
 from tests.conftest import make_repo
 from tests.coordinator.test_html_report import Page
+from tests.coordinator.test_html_since import dom, links
 from tests.receipt_factory import make_receipt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +74,31 @@ def test_drift_html_shows_the_trend_and_the_flaky_tests_from_the_history(tmp_pat
     assert [str(a["class"]).split() for a in marks] == [["fail"], ["fail"], ["fail", "changed"]]
     assert "changed since r2: 1 new failure(s)" in str(marks[-1]["title"])
     assert "since" in last.ids
+
+
+def test_a_night_s_repeats_are_shown_and_counted_as_runs_of_the_flaky_test(
+    tmp_path: Path,
+) -> None:
+    counter = tmp_path / "counter"
+    repo = make_repo(tmp_path / "repo", {"tests/test_flaky.py": FLAKY.format(counter=str(counter))})
+    runs = tmp_path / "runs"
+    for run_id in ("r1", "r2"):
+        # Each night twice in a row: test_sometimes fails in repeat 1 and passes in repeat 2.
+        done = _run(repo, runs, run_id, "--repeat", "2")
+        assert (runs / run_id / "drift.html").is_file(), done.stderr
+    page = dom((runs / "r2" / "drift.html").read_text(encoding="utf-8"))
+    assert "#repeats" in links(page) and "#frozen-reruns" not in links(page)
+    rows = page.by_id("repeat-matrix").find(lambda n: n.tag == "tr")[1:]
+    cells = [[td.text for td in tr.find(lambda n: n.tag == "td")] for tr in rows]
+    assert cells == [["tests/test_flaky.py::test_sometimes", "failed, passed"]]
+    # The trend is one mark per night (its receipt of record), repeats or not.
+    trend = page.by_id("trend-table")
+    marks = trend.find(lambda n: n.tag == "span" and "title" in n.attrs)
+    assert [m.attrs["title"].split(" · ")[1] for m in marks] == ["r1", "r2"]
+    # The flaky test: r1 failed, r1.r2 passed (from the history), r2 failed, r2.r2 passed.
+    flaky = page.by_id("flaky-table").find(lambda n: n.tag == "tr")[1:]
+    found = [[td.text for td in tr.find(lambda n: n.tag == "td")] for tr in flaky]
+    assert found == [["tests/test_flaky.py::test_sometimes", "local", "2 of 4 runs"]]
 
 
 def test_without_a_history_database_there_are_no_history_sections(tmp_path: Path) -> None:

@@ -226,7 +226,9 @@ def test_a_python_upgrade_is_shown_as_the_likely_cause() -> None:
     boxes = [make_receipt("ci", **parts), make_receipt("twin", **parts)]
     page = dom(render_html(report_since(boxes, {"ci": ("r1", before)}, gating=True)))
     block = since_box(page, "ci")
-    cause = "Python 3.11.7 → 3.12.1; plugin pytest-xdist-3.5.0 added (coincides with the changes below)"
+    cause = (
+        "Python 3.11.7 → 3.12.1; plugin pytest-xdist-3.5.0 added (coincides with the changes below)"
+    )
     [shown] = block.find(lambda n: n.attrs.get("data-kind") == "likely-cause")
     assert shown.text == f"Likely cause: {cause}"
     assert kind(block, "new-failures") == [IDS[1]]
