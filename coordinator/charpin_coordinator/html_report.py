@@ -447,17 +447,26 @@ def _other_drift(report: DriftReport) -> str:
     for index, dim in enumerate(dims):
         tag = "" if dim.gating else ' <span class="muted">(informational)</span>'
         out.append(f'<h3 id="drift-{index}">{text(dim.name)}{tag}: {text(dim.summary)}</h3>')
-        if dim.details:
-            out.append("<ul>")
-            out += [f"<li>{text(d)}</li>" for d in dim.details[:MAX_HTML_ROWS]]
-            out.append("</ul>")
-            out.append(_more(len(dim.details) - MAX_HTML_ROWS, "details"))
-        if dim.diff:
-            out.append(_diff(dim.diff))
-        if dim.matrix:
-            out.append(_matrix(dim, labels, f"matrix-{index}"))
+        out += dimension_body(dim, labels, f"matrix-{index}")
     out.append("</section>")
     return "\n".join(out)
+
+
+def dimension_body(
+    dim: Dimension, labels: Sequence[str], table_id: str, list_attrs: str = ""
+) -> list[str]:
+    """A dimension's details, diff and matrix, each capped (drift.json keeps everything)."""
+    out = []
+    if dim.details:
+        out.append(f"<ul{list_attrs}>")
+        out += [f"<li>{text(d)}</li>" for d in dim.details[:MAX_HTML_ROWS]]
+        out.append("</ul>")
+        out.append(_more(len(dim.details) - MAX_HTML_ROWS, "details"))
+    if dim.diff:
+        out.append(_diff(dim.diff))
+    if dim.matrix:
+        out.append(_matrix(dim, labels, table_id))
+    return out
 
 
 def _diff_lines(diff: str) -> list[str]:

@@ -7,11 +7,10 @@ from collections.abc import Iterable, Sequence
 from charpin_coordinator.html_report import (
     MAX_HTML_ROWS,
     _code,
-    _diff,
     _diff_lines,
-    _matrix,
     _more,
     attr,
+    dimension_body,
     text,
 )
 from charpin_coordinator.report import Dimension, Since, SinceBox
@@ -239,14 +238,9 @@ def _since_dimension(index: int, number: int, dim: Dimension) -> list[str]:
     with the pair's labels (before, now) for columns."""
     # The name only: the builder's summaries speak of boxes ("dirty working tree on now").
     tag = "" if dim.gating else " (informational)"
-    out = [f"<h4>{text(_DIM_NAMES.get(dim.name, dim.name) + tag)}</h4>"]
-    if dim.details:
-        out.append(f'<ul data-kind="{attr(dim.name)}">')
-        out += [f"<li>{text(d)}</li>" for d in dim.details[:MAX_HTML_ROWS]]
-        out.append("</ul>")
-        out.append(_more(len(dim.details) - MAX_HTML_ROWS, "details"))
-    if dim.diff:
-        out.append(_diff(dim.diff))
-    if dim.matrix:
-        out.append(_matrix(dim, [_BEFORE, _NOW], f"since-{index}-matrix-{number}"))
-    return out
+    table = f"since-{index}-matrix-{number}"
+    kind = f' data-kind="{attr(dim.name)}"'
+    return [
+        f"<h4>{text(_DIM_NAMES.get(dim.name, dim.name) + tag)}</h4>",
+        *dimension_body(dim, [_BEFORE, _NOW], table, kind),
+    ]
