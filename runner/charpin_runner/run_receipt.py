@@ -39,6 +39,7 @@ from charpin_runner.receipt import (
     Collection,
     Environment,
     Exit,
+    Fixtures,
     FrozenRerun,
     Identity,
     Outcome,
@@ -104,15 +105,26 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     # first, before git (the one other program we run) gets a chance to do anything.
     fx_after = fixtures.snapshot(repo, roots)
     git_after, after_reasons = _state_after(repo, git_before)
-    side = None
-    if request.include_frozen and not stop.requested and not run.ending.timed_out:
-        # After every measurement above, so nothing a frozen test does can reach them; before
-        # the sandbox is finished, so what it writes where it must not is caught all the same.
-        side = _frozen_rerun(request, ledger, stop, guard, run.probe, fx_after, began)
+    # The measured run's own ending and sandbox findings, taken before any side run: a Ctrl-C
+    # or a write during the side run is the side run's, never the record's.
+    interrupted = stop.requested
     reasons = sandbox_mod.finish(guard) + after_reasons + reasons
+    side: FrozenRerun | None = None
+    side_notes: list[str] = []
+    if request.include_frozen and not interrupted and not run.ending.timed_out:
+        # After every measurement above, so nothing a frozen test does can reach them.
+        moved = _moved_by_run(gitstate.written_paths(git_before, git_after), fx_before, fx_after)
+        side, side_notes = _frozen_rerun(
+            request,
+            ledger,
+            stop,
+            sandbox_mod.again(guard),
+            _Measured(run.probe, fx_after, git_after, moved),
+            began,
+        )
     if ledger_sha and run.probe.ledger.sha256 and run.probe.ledger.sha256 != ledger_sha:
         reasons.append("the ledger the probe read differs from the one charpin hashed before")
-    ending = Ending(run.ending.status, run.ending.timed_out, stop.requested, request.timeout)
+    ending = Ending(run.ending.status, run.ending.timed_out, interrupted, request.timeout)
     receipt = Receipt(
         schema_version=SCHEMA_VERSION,
         run_id=request.run_id,
@@ -130,7 +142,8 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         quarantine=_quarantine(run.probe, ledger, ledger_sha),
         pins=pins,
         exit=_with_notes(
-            interpret(ending, run.probe, tuple(reasons)), gitstate.setup_notes(git_before)
+            interpret(ending, run.probe, tuple(reasons)),
+            gitstate.setup_notes(git_before) + side_notes,
         ),
         environment=replace(
             _environment(request, run.probe),
@@ -219,32 +232,58 @@ def _run_tests(
 _SIDE_MIN_SECONDS = 1.0
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """What the side run starts from: the measured run's probe, fixtures and git state, and
+    what that run changed in the checkout (the side run then ran on a changed tree)."""
+
+    probe: ProbeData
+    fixtures: fixtures.Snapshot
+    git: gitstate.GitState
+    moved: list[str]
+
+
+def _moved_by_run(
+    written: list[str], before: fixtures.Snapshot, after: fixtures.Snapshot
+) -> list[str]:
+    moved = fixtures.diff(before, after)
+    return sorted(set(written) | set(_changed_paths(moved)))
+
+
+def _changed_paths(moved: Fixtures) -> list[str]:
+    return sorted(
+        set(moved.added + moved.removed + moved.changed + moved.type_changed + moved.mode_changed)
+    )
+
+
 def _frozen_rerun(
     request: Request,
     ledger: str | None,
     stop: StopFlag,
     guard: sandbox_mod.Guard,
-    main: ProbeData,
-    fx_main: fixtures.Snapshot,
+    main: _Measured,
     began: float,
-) -> FrozenRerun | None:
-    """Run the frozen tests alone (--include-frozen) and say whether they ran clean."""
-    requested = sorted(main.ledger.frozen)
+) -> tuple[FrozenRerun | None, list[str]]:
+    """Run the frozen tests alone (--include-frozen) and say whether they ran clean; also the
+    notes the receipt of record gets about it (a side run that wrote where later runs read)."""
+    requested = sorted(main.probe.ledger.frozen)
     if ledger is None or not requested:
-        return None
+        return None, []
     left = None
     if request.timeout is not None:
         left = request.timeout - (time.monotonic() - began)
         if left < _SIDE_MIN_SECONDS:
             reason = "not run: nothing was left of --timeout after the measured run"
-            return FrozenRerun(requested, {}, "timed-out", -1, [], 0.0, False, [reason])
+            return FrozenRerun(requested, {}, "timed-out", -1, [], 0.0, False, [reason]), []
     side = _run_tests(request, ledger, stop, guard, frozen_only=True, timeout=left)
     if request.kill_adopted:
         kill_adopted()
-    moved = fixtures.diff(fx_main, fixtures.snapshot(request.repo, fx_main.roots))
-    changed = sorted(
-        set(moved.added + moved.removed + moved.changed + moved.type_changed + moved.mode_changed)
+    # Measured as the run itself is: fixtures first, then git, then the protected paths.
+    changed = _changed_paths(
+        fixtures.diff(main.fixtures, fixtures.snapshot(request.repo, main.fixtures.roots))
     )
+    git_side, git_findings = _state_after(request.repo, main.git)
+    escaped = sandbox_mod.finish(guard)
     ending = Ending(side.ending.status, side.ending.timed_out, stop.requested, left)
     ended = interpret(ending, side.probe)
     outcomes = {k: cast(Outcome, v) for k, v in side.probe.outcomes.items() if v in OUTCOMES}
@@ -256,8 +295,16 @@ def _frozen_rerun(
         reasons.append(f"{count} frozen test{'' if count == 1 else 's'} did not pass: {shown}")
     if changed:
         reasons.append(f"the side run changed watched fixtures: {', '.join(changed[:5])}")
-    clean = ended.interpretation == "ok" and not not_passed and not changed
-    return FrozenRerun(
+    tainted = _git_moves(main.git, git_side) + git_findings + escaped
+    if main.moved:
+        # A test of the measured run rewrote what the frozen tests then ran (a regenerated
+        # golden, an edited test file): their result says nothing about the committed code.
+        shown = ", ".join(main.moved[:5])
+        tainted.append(f"the measured run had changed the checkout the side run used: {shown}")
+    reasons += tainted
+    clean = ended.interpretation == "ok" and not not_passed and not changed and not tainted
+    notes = [f"after the measured run, the frozen tests' side run: {line}" for line in escaped]
+    rerun = FrozenRerun(
         requested=requested,
         outcomes=dict(sorted(outcomes.items())),
         interpretation=ended.interpretation,
@@ -267,6 +314,18 @@ def _frozen_rerun(
         clean=clean,
         reasons=reasons,
     )
+    return rerun, notes
+
+
+def _git_moves(before: gitstate.GitState, after: gitstate.GitState) -> list[str]:
+    """What the side run did to the repository: a moved HEAD, paths it changed."""
+    out = []
+    if after.head != before.head:
+        out.append(f"the side run moved HEAD from {before.head[:12]} to {after.head[:12]}")
+    written = gitstate.written_paths(before, after)
+    if written:
+        out.append(f"the side run changed the working tree: {', '.join(written[:5])}")
+    return out
 
 
 def _startable(program: str, repo: Path, env: dict[str, str]) -> None:

@@ -106,6 +106,13 @@ def begin(plan: Plan) -> Guard:
     return Guard(plan=plan, used=used, before=snapshot(roots, strict))
 
 
+def again(guard: Guard) -> Guard:
+    """A guard for a second command of the same run (the frozen tests' side run): the same
+    decision about bwrap, a new before-snapshot, so finish() reports only what it changed."""
+    roots, strict = _watched(guard.plan)
+    return Guard(plan=guard.plan, used=guard.used, before=snapshot(roots, strict))
+
+
 def _watched(plan: Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
     roots = tuple(dict.fromkeys(plan.protect + plan.containers))
     return roots, tuple(dict.fromkeys(plan.strict + plan.containers))
