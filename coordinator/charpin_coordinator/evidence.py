@@ -13,6 +13,7 @@ Both read receipts the coordinator already accepted; neither decides anything.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from charpin_coordinator.report import (
     FrozenRerunBox,
     FrozenReruns,
     NotEvaluated,
+    NotEvaluatedKind,
     RepeatBox,
     RepeatMiss,
     RepeatRow,
@@ -58,7 +60,7 @@ def repeats_section(count: int, boxes: Sequence[BoxAttempts]) -> Repeats:
 
 
 def _repeat_box(label: str, tries: Sequence[Attempt]) -> RepeatBox:
-    ordered = sorted(tries, key=lambda a: a.repeat)
+    ordered = [_cut_short(a) for a in sorted(tries, key=lambda a: a.repeat)]
     ran = [a.receipt for a in ordered if a.receipt is not None]
     nodeids = sorted({nodeid for receipt in ran for nodeid in receipt.outcomes})
     differing = []
@@ -79,6 +81,21 @@ def _repeat_box(label: str, tries: Sequence[Attempt]) -> RepeatBox:
         differing=differing,
         not_evaluated=misses,
     )
+
+
+def _cut_short(attempt: Attempt) -> Attempt:
+    """A repeat whose tests did not run to the end (Ctrl-C, its deadline) is a miss, not a
+    run: the tests it never reached would read as tests that vanished between repeats."""
+    receipt = attempt.receipt
+    if attempt.repeat == 1 or receipt is None:
+        return attempt
+    ended = receipt.exit.interpretation
+    if ended not in ("interrupted", "timed-out"):
+        return attempt
+    kind: NotEvaluatedKind = "interrupted" if ended == "interrupted" else "timeout"
+    why = f"{receipt.label}: {ended}: its tests did not run to the end"
+    missing = NotEvaluated(label=receipt.label, kind=kind, reason=why)
+    return dataclasses.replace(attempt, receipt=None, missing=missing)
 
 
 def _outcome(receipt: Receipt | None, nodeid: str) -> str:

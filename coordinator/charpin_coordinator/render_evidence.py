@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from charpin_coordinator.report import DriftReport, FrozenRerunBox, RepeatBox
+from charpin_coordinator.report import DriftReport, FrozenRerunBox, RepeatBox, RepeatMiss
 
 MAX_ROWS = 50
 REPEATS_TITLE = "evidence only, never gating; repeat 1 is the receipt of record"
@@ -30,7 +30,8 @@ def text_lines(report: DriftReport) -> list[str]:
             if len(box.differing) > MAX_ROWS:
                 out.append(f"    ... {len(box.differing) - MAX_ROWS} more in drift.json")
             for miss in box.not_evaluated:
-                out.append(f"    repeat {miss.repeat} NOT EVALUATED ({miss.kind}): {miss.reason}")
+                head, why = _miss(box.box, miss)
+                out.append(f"    repeat {miss.repeat} {head}: {why}")
     frozen = report.frozen_reruns
     if not isinstance(frozen, msgspec.UnsetType):
         out += ["", f"frozen tests re-run ({FROZEN_TITLE})"]
@@ -69,7 +70,8 @@ def markdown_lines(report: DriftReport, md: Escape, code: Callable[..., str]) ->
                 out.append("")
             for miss in box.not_evaluated:
                 out.append(
-                    f"- repeat {miss.repeat} **NOT EVALUATED** ({miss.kind}): {md(miss.reason)}"
+                    f"- repeat {miss.repeat} **{_miss(box.box, miss)[0]}**: "
+                    f"{md(_miss(box.box, miss)[1])}"
                 )
             if box.not_evaluated:
                 out.append("")
@@ -91,12 +93,21 @@ def markdown_lines(report: DriftReport, md: Escape, code: Callable[..., str]) ->
     return out
 
 
+def _miss(label: str, miss: RepeatMiss) -> tuple[str, str]:
+    """(heading, why) for a repeat with no receipt: one never started says "not run"."""
+    never = f"{label}: not run: "
+    if miss.reason.startswith(never):
+        return "not run", miss.reason[len(never) :]
+    return f"NOT EVALUATED ({miss.kind})", miss.reason
+
+
 def _box_summary(box: RepeatBox, count: int) -> str:
-    differ = (
-        f"{len(box.differing)} test(s) differ between repeats"
-        if box.differing
-        else "no test differs between repeats"
-    )
+    if box.differing:
+        differ = f"{len(box.differing)} test(s) differ between repeats"
+    elif box.evaluated < 2:
+        differ = "nothing to compare"
+    else:
+        differ = "no test differs between repeats"
     return f"{box.evaluated} of {count} repeats evaluated · {differ}"
 
 

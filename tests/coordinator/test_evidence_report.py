@@ -4,6 +4,7 @@ renderers, read back strictly; `compare` of a kept run folder and of receipts wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def test_a_flip_between_repeats_is_listed_and_nothing_else_changes() -> None:
     )
     assert f"    {FLAKY}  a: passed, failed, -" in text
     assert "    repeat 3 NOT EVALUATED (timeout): a: killed at the 60s box deadline" in text
-    assert "  b: 1 of 3 repeats evaluated · no test differs between repeats" in text
+    assert "  b: 1 of 3 repeats evaluated · nothing to compare" in text
     markdown = render_markdown(report)
     assert "### Repeats" in markdown and "| test | repeat 1 | repeat 2 | repeat 3 |" in markdown
     # drift.json carries it and reads back strictly as the report it is.
@@ -224,3 +225,33 @@ def test_side_runs_of_later_repeats_only_and_many_frozen_tests_render() -> None:
     record = [Attempt(1, "r1", box("a", "r1", started, frozen_rerun=frozen_rerun(many)))]
     text = render_text(with_evidence(plain, frozen=frozen_section([("a", record)])), color=False)
     assert "    ... 10 more in drift.json" in text
+
+
+def test_a_repeat_cut_short_is_a_miss_not_a_run_and_a_never_started_one_says_not_run() -> None:
+    _, plain = _base()
+    started = "2026-06-01T00:00:00Z"
+    stopped = box("a", "r1.r2", started)
+    interrupted = dataclasses.replace(
+        stopped.exit, status=130, interpretation="interrupted", reasons=["charpin was interrupted"]
+    )
+    cut = dataclasses.replace(stopped, outcomes={}, exit=interrupted)
+    never = NotEvaluated(
+        label="a", kind="interrupted", reason="a: not run: the run was interrupted"
+    )
+    attempts = [
+        Attempt(1, "r1", box("a", "r1", started)),
+        Attempt(2, "r1.r2", cut),
+        Attempt(3, "r1.r3", None, never),
+    ]
+    section = repeats_section(3, [("a", attempts)])
+    (entry,) = section.boxes
+    # The interrupted repeat's missing outcomes are not "absent" tests: no flip is listed.
+    assert entry.differing == [] and entry.evaluated == 1
+    assert [(m.repeat, m.kind) for m in entry.not_evaluated] == [
+        (2, "interrupted"),
+        (3, "interrupted"),
+    ]
+    text = render_text(with_evidence(plain, repeats=section), color=False)
+    assert "  a: 1 of 3 repeats evaluated · nothing to compare" in text
+    assert "    repeat 2 NOT EVALUATED (interrupted): a: interrupted: its tests did not" in text
+    assert "    repeat 3 not run: the run was interrupted" in text

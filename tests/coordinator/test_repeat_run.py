@@ -6,7 +6,12 @@ the checkout, named by a variable the boxes are allowed to see), then the histor
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +233,49 @@ def test_frozen_tests_re_run_ten_times_clean_are_unfreeze_candidates(
     assert [(p["repeat"], p["source"], p["outcome"]) for p in points] == [(1, "run", "absent")] + [
         (k, "frozen-rerun", "passed") for k in range(1, 11)
     ]
+
+
+SLOW_SECOND = """\
+import os, pathlib, time
+
+def test_slow_on_the_second_execution():
+    counter = pathlib.Path(os.environ["{var}"])
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    if n == 2:
+        pathlib.Path(os.environ["{var}"] + ".waiting").write_text("")
+        time.sleep(60)
+"""
+
+
+def test_ctrl_c_during_a_repeat_is_said_in_the_report_and_is_no_flake(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "repo",
+        {"tests/__init__.py": "", "tests/test_slow.py": SLOW_SECOND.format(var=COUNTER)},
+    )
+    counter = Path(tmp_path / "counter")
+    env = dict(os.environ, PYTHONPATH=RUNNER_PATH)
+    env[COUNTER] = str(counter)
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo)),
+            *("--hosts", "local", "--repeat", "3", "--run-id", "r1", "-q"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    waiting = Path(str(counter) + ".waiting")
+    deadline = time.monotonic() + 90
+    while not waiting.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert waiting.exists(), proc.communicate(timeout=60)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    report = json.loads((repo / ".charpin" / "runs" / "r1" / "drift.json").read_text())
+    # The report left behind says what the process exit says.
+    assert proc.returncode == report["exit_code"] and report["exit_code"] & 4, err
+    (entry,) = report["repeats"]["boxes"]
+    # Repeat 2 was stopped mid-test and repeat 3 never ran: misses, not a flip.
+    assert entry["differing"] == [] and entry["evaluated"] == 1
+    assert [m["repeat"] for m in entry["not_evaluated"]] == [2, 3]

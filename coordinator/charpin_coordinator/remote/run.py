@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 from charpin_runner.errors import EXIT_NOT_EVALUATED, ConfigError, UsageError
 from charpin_runner.owndir import ensure_folder
 from charpin_runner.runid import check_run_id, new_run_id
@@ -49,6 +50,7 @@ from charpin_coordinator.report import DriftReport, map_strings
 from charpin_coordinator.temporal import Against, resolve_against, since, with_since
 
 DEFAULT_TIMEOUT = 1800.0
+INTERRUPTED_BIT = "4 interrupted (Ctrl-C) before the run was complete"
 # Needed only once the boxes are done: imported meanwhile, off the critical path.
 _AFTER_THE_RUN = (
     "charpin_coordinator.receipts",
@@ -203,6 +205,14 @@ def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = 
         found = since(receipts, planned.against, out_dir=planned.out_dir, run_id=shared.run_id)
         report = with_since(report, found)
     report = _with_evidence(report, fan.outcomes, shared, planned.repeat)
+    if fan.interrupted and not report.exit_code & EXIT_NOT_EVALUATED:
+        # Ctrl-C after every record was in (during repeats, say): the run exits with bit 4, so
+        # the report it leaves (drift.md, what --notify gets) says so too.
+        report = msgspec.structs.replace(
+            report,
+            exit_code=report.exit_code | EXIT_NOT_EVALUATED,
+            exit_bits=[*report.exit_bits, INTERRUPTED_BIT],
+        )
     # Box output was masked as it arrived; labels and reasons built from it here are masked too,
     # value by value, before any encoding escapes a secret out of recognition.
     report = map_strings(report, shared.redactor.text)
