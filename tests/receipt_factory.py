@@ -122,6 +122,7 @@ def frozen_rerun(
     requested: list[str] | None = None,
     interpretation: str | None = None,
     fixtures_changed: list[str] | None = None,
+    tainted: list[str] | None = None,
 ) -> FrozenRerun:
     """A frozen side run (`--include-frozen`) asked for `requested` (default: the outcomes'
     ids), clean exactly when the runner would call it clean."""
@@ -136,6 +137,7 @@ def frozen_rerun(
         status=0 if ended == "ok" else 1,
         fixtures_changed=moved,
         wall_seconds=0.5,
-        clean=ended == "ok" and passed and not moved,
-        reasons=[] if passed else ["a frozen test did not pass"],
+        clean=ended == "ok" and passed and not moved and not tainted,
+        reasons=([] if passed else ["a frozen test did not pass"]) + list(tainted or []),
+        tainted=list(tainted or []),
     )

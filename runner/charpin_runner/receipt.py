@@ -273,6 +273,10 @@ class FrozenRerun:
     wall_seconds: float
     clean: bool
     reasons: list[str] = field(default_factory=list)
+    # Of the reasons, those that make this side run no evidence about any frozen test (it moved
+    # HEAD, changed the working tree or a protected path, or ran on a checkout the measured run
+    # had changed): `ledger review` counts no entry clean from it.
+    tainted: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -313,6 +313,7 @@ def _frozen_rerun(
         wall_seconds=side.wall,
         clean=clean,
         reasons=reasons,
+        tainted=tainted,
     )
     return rerun, notes
 

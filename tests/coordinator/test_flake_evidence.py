@@ -273,3 +273,26 @@ def test_prune_removes_a_runs_repeats_and_re_runs_and_the_ids_only_they_named(
         names = {r[0] for r in conn.execute("SELECT nodeid FROM test")}
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert FROZEN not in names and OTHER not in names and FLAKY in names
+
+
+def test_a_tainted_side_run_breaks_the_streak_and_one_that_never_ran_does_not(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "runs"
+    tainted = ["the measured run had changed the checkout the side run used: tests/test_mail.py"]
+    never = frozen_rerun({}, requested=[FROZEN, OTHER], interpretation="timed-out")
+    nights = [_side()] * 3 + [_side(tainted=tainted)] + [_side()] * 2 + [never]
+    for day, side in enumerate(nights):
+        run_id = f"d{day}"
+        started = days_ago(len(nights) - day, NOW)
+        run_folder(out, run_id, [box("a", run_id, started, frozen_rerun=side)])
+    db = recorded(out)
+    argv = ["ledger", "review", "--history", str(db), "--ledger", str(ledger)]
+    found = json.loads(
+        cli(capsys, *argv, "--today", TODAY.isoformat(), "--clean-runs", "2", "--json")
+    )
+    (note,) = [n for n in found["unfreeze"] if n["id"] == FROZEN]
+    # Newest first: d6 never ran (skipped), d5 and d4 clean, d3 tainted (passed, yet no
+    # evidence): a streak of two, and the tainted one counts against it overall.
+    assert (note["reruns"]["failures"], note["reruns"]["runs"]) == (0, 2)
+    assert (note["reruns_overall"]["failures"], note["reruns_overall"]["runs"]) == (1, 6)

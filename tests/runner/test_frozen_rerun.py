@@ -61,6 +61,7 @@ def test_frozen_tests_run_on_the_side_and_the_receipt_of_record_is_unchanged(
     assert rerun["outcomes"] == {FLAKY: "passed"}
     assert rerun["interpretation"] == "ok" and rerun["clean"] is True
     assert rerun["reasons"] == [] and rerun["fixtures_changed"] == []
+    assert rerun["tainted"] == []
     assert "frozen    re-run outside the gate: 1 of 1 passed · clean" in result.stdout
 
 
@@ -146,6 +147,7 @@ def test_a_frozen_test_that_commits_and_plants_a_file_is_not_clean(git_repo: Pat
     said = " | ".join(rerun["reasons"])
     assert f"moved HEAD from {head[:12]}" in said, said
     assert "planted.py" in said, said
+    assert rerun["tainted"] and all(t in rerun["reasons"] for t in rerun["tainted"])
 
 
 def test_a_side_run_on_a_tree_the_measured_run_rewrote_is_not_clean(git_repo: Path) -> None:
@@ -165,7 +167,7 @@ def test_a_side_run_on_a_tree_the_measured_run_rewrote_is_not_clean(git_repo: Pa
     rerun = side(receipt)
     assert rerun["outcomes"] == {FLAKY: "passed"}
     assert rerun["clean"] is False
-    assert any("measured run had changed the checkout" in r for r in rerun["reasons"])
+    assert any("measured run had changed the checkout" in r for r in rerun["tainted"])
 
 
 def test_a_side_run_write_into_a_protected_path_is_the_side_runs_not_the_records(

@@ -27,6 +27,8 @@ class FrozenRecord:
     clean: bool
     fixtures_changed: int
     outcomes: Mapping[str, str | None]
+    # The side run is no evidence about any test (receipt's frozen_rerun.tainted).
+    tainted: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ def frozen_record(side: FrozenRerun | None, repeat: int) -> FrozenRecord | None:
         clean=side.clean,
         fixtures_changed=len(side.fixtures_changed),
         outcomes={nodeid: side.outcomes.get(nodeid) for nodeid in side.requested},
+        tainted=bool(side.tainted),
     )
 
 
@@ -100,10 +103,17 @@ def insert_box(
         ),
     )
     conn.executemany(
-        "INSERT INTO frozen_rerun (run_box, repeat, interpretation, clean, fixtures_changed) "
-        "VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO frozen_rerun (run_box, repeat, interpretation, clean, fixtures_changed, "
+        "tainted) VALUES (?, ?, ?, ?, ?, ?)",
         [
-            (run_box, side.repeat, side.interpretation, int(side.clean), side.fixtures_changed)
+            (
+                run_box,
+                side.repeat,
+                side.interpretation,
+                int(side.clean),
+                side.fixtures_changed,
+                int(side.tainted),
+            )
             for side in frozen
         ],
     )

@@ -48,6 +48,7 @@ _FAILS = (OUTCOME_CODES["failed"], OUTCOME_CODES["error"])
 # How a side run may end and still be clean for an entry whose tests all passed in it: `failed`
 # then means another frozen test failed.
 _CLEAN_ENDINGS = ("ok", "failed")
+_NEVER_RAN = ("timed-out", "interrupted")
 
 
 class Row(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -342,8 +343,8 @@ def _rerun_series(conn: sqlite3.Connection, tests: list[int]) -> list[bool]:
     (see the module docstring for when a re-run is clean for an entry)."""
     marks = ",".join("?" * len(tests))
     rows = conn.execute(
-        f"SELECT min(coalesce(f.code = ?, 0)), fr.interpretation, "  # noqa: S608
-        "fr.fixtures_changed FROM frozen_outcome f "
+        f"SELECT min(coalesce(f.code = ?, 0)), count(f.code), fr.interpretation, "  # noqa: S608
+        "fr.fixtures_changed, fr.tainted FROM frozen_outcome f "
         f"JOIN frozen_rerun fr ON fr.run_box = f.run_box AND fr.repeat = f.repeat "
         f"JOIN run_box ON run_box.id = f.run_box JOIN run ON run.id = run_box.run "
         f"WHERE f.test IN ({marks}) GROUP BY f.run_box, f.repeat "
@@ -351,8 +352,11 @@ def _rerun_series(conn: sqlite3.Connection, tests: list[int]) -> list[bool]:
         (_PASS, *tests),
     ).fetchall()
     return [
-        not (passed and interpretation in _CLEAN_ENDINGS and not changed)
-        for passed, interpretation, changed in rows
+        not (passed and interpretation in _CLEAN_ENDINGS and not changed and not tainted)
+        for passed, ran, interpretation, changed, tainted in rows
+        # A side run stopped before any of the entry's tests ran (no time left, Ctrl-C) says
+        # nothing about them: it neither extends nor breaks the streak.
+        if ran or interpretation not in _NEVER_RAN
     ]
 
 

@@ -139,6 +139,7 @@ CREATE TABLE frozen_rerun (
     interpretation TEXT NOT NULL,
     clean INTEGER NOT NULL,
     fixtures_changed INTEGER NOT NULL,
+    tainted INTEGER NOT NULL,
     PRIMARY KEY (run_box, repeat)
 ) WITHOUT ROWID;
 CREATE TABLE frozen_outcome (
