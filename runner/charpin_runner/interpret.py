@@ -63,7 +63,10 @@ def interpret(ending: Ending, probe: ProbeData, extra_reasons: tuple[str, ...] =
         )
     elif ending.timed_out:
         verdict = "timed-out"
-        limit = f"{ending.timeout:g} s " if ending.timeout is not None else ""
+        # What was left of the box's deadline, to a tenth: "9.04664 s" reads as a typo.
+        limit = f"{round(ending.timeout, 1):g} s " if ending.timeout is not None else ""
+        # Killed at the deadline, the session could not finish: no os._exit() or crash to blame.
+        findings = [f for f in findings if f != _NEVER_FINISHED]
         findings.insert(0, f"the test command ran past its {limit}deadline and was killed")
     elif ending.status in (2, 4) and probe.collect_errors:
         # 2: test files pytest could not collect; 4: a conftest that failed to import (pytest

@@ -238,3 +238,10 @@ def test_tampering_note_is_said_once() -> None:
         "the test run tampered with the charpin probe (charpin_runner.plugin._outcome); "
         "its record cannot be trusted"
     ]
+
+
+def test_a_timeout_names_the_deadline_to_a_tenth_and_blames_no_crash() -> None:
+    ended = interpret(Ending(-9, timed_out=True, timeout=9.04664), probe(session_finished=False))
+    assert ended.interpretation == "timed-out"
+    assert ended.reasons[0] == "the test command ran past its 9 s deadline and was killed"
+    assert not any("os._exit" in reason for reason in ended.reasons), ended.reasons
