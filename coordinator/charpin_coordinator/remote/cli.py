@@ -118,7 +118,8 @@ def _add_run(sub: Any) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="run each box N times in a row (1..20), each a fresh checkout: repeat 1 is the "
+        help="run each box N times in a row (1..20), each a fresh checkout (local: the working "
+        "tree each time): repeat 1 is the "
         "receipt of record (gates, drift, exit code); the others are flake evidence only, "
         "listed in the report's Repeats section and kept under <box>/repeats/<k>/",
     )
