@@ -29,9 +29,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path[:0] = [str(Path(__file__).parents[2] / p) for p in ("runner", "coordinator", ".")]
 
+from charpin_coordinator.history import flaky as flake_evidence  # noqa: E402
 from charpin_coordinator.history import query, store  # noqa: E402
 from charpin_coordinator.history.folders import BoxRecord, RunRecord  # noqa: E402
 from charpin_coordinator.history.prune import Keep, prune  # noqa: E402
@@ -39,6 +41,7 @@ from charpin_coordinator.history.record import insert, record  # noqa: E402
 from charpin_coordinator.report import GATES  # noqa: E402
 
 from tests.history_factory import box, run_folder  # noqa: E402
+from tests.receipt_factory import frozen_rerun  # noqa: E402
 
 NIGHTS = 365
 BOXES = ("ci", "clean", "laptop", "scratch")
@@ -126,6 +129,28 @@ def real_night(tmp: Path, n: int) -> Path:
     return run_folder(tmp / "real-runs", run_id, receipts)
 
 
+def repeat_night(tmp: Path, n: int, repeats: int = 10) -> Path:
+    """A `run --repeat 10 --include-frozen` run folder: four boxes, each ten 5,000-test
+    receipts (the record and nine repeats), each with a side run of two frozen tests."""
+    started = (END + timedelta(days=n)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ids = ids_for(NIGHTS // 7 + n)
+    run_id = f"repeat-{n}"
+    frozen = ["tests/test_frozen.py::test_relay", "tests/test_frozen.py::test_smtp"]
+
+    def one(label: str, rid: str, k: int) -> Any:
+        side = frozen_rerun(
+            {f: "failed" if k == 4 and f == frozen[1] else "passed" for f in frozen}
+        )
+        failing = ids[100:101] if k % 3 == 0 else ()
+        return box(label, rid, started, extra=ids, failing=failing, frozen_rerun=side)
+
+    records = [one(label, run_id, 1) for label in BOXES]
+    more = {
+        label: [one(label, f"{run_id}.r{k}", k) for k in range(2, repeats + 1)] for label in BOXES
+    }
+    return run_folder(tmp / "repeat-runs", run_id, records, repeats=more)
+
+
 def timed(fn: Callable[[], object], rounds: int = 7) -> tuple[float, float]:
     values = []
     for _ in range(rounds):
@@ -173,6 +198,12 @@ def main() -> None:
             start = time.perf_counter()
             record(db, [folder])
             inserts.append(time.perf_counter() - start)
+        with_repeats = []
+        for n in range(3, 5):
+            folder = repeat_night(tmp, n)
+            start = time.perf_counter()
+            record(db, [folder])
+            with_repeats.append(time.perf_counter() - start)
         from charpin_coordinator.history.folders import read_folder
 
         last = folder
@@ -194,6 +225,10 @@ def main() -> None:
             ),
             "history box NAME (30 runs)": (lambda: query.box_runs(db, "ci", 30), ("box", "ci")),
             "box_trend(box, 30) (API)": (lambda: query.box_trend(db, "ci", 30), None),
+            "ledger suggest (every flake candidate of the year, with evidence) (API)": (
+                lambda: flake_evidence.suggest(db),
+                None,
+            ),
         }
         measured = {}
         for name, (fn, argv) in queries.items():
@@ -232,11 +267,18 @@ def main() -> None:
         f"{max(inserts) * 1000:.0f} ms max (reading the folder alone {read * 1000:.0f} ms) "
         "| < 1 s |"
     )
+    print(
+        f"| insert one `--repeat 10 --include-frozen` night (4 boxes x 10 receipts x "
+        f"{TESTS:,} tests, each with a side run) | {max(with_repeats) * 1000:.0f} ms max of "
+        f"{len(with_repeats)} | < 1 s |"
+    )
     for name, (median, worst, wall) in measured.items():
         cli_part = f"; CLI wall {wall * 1000:.0f} ms" if wall is not None else ""
+        # The issue's targets are for the history queries; the ledger's is reported.
+        target = "reported" if name.startswith("ledger") else "< 200 ms"
         print(
             f"| {name} | {median * 1000:.1f} ms in-process (median of 7, max "
-            f"{worst * 1000:.1f}){cli_part} | < 200 ms |"
+            f"{worst * 1000:.1f}){cli_part} | {target} |"
         )
     for name, (seconds, removed) in prunes.items():
         print(f"| {name}: {removed} runs removed | {seconds * 1000:.0f} ms | - |")
