@@ -475,3 +475,48 @@ def test_fleet_workflows_are_valid_yaml_with_a_matrix() -> None:
     assert 'LABEL="${OS}-py${PYTHON}"' in gitlab["receipt"]["script"]
     assert gitlab["compare"]["needs"] == [{"job": "receipt", "artifacts": True}]
     assert gitlab["compare"]["when"] == "always"
+
+
+# The CI examples against the schemas GitHub and GitLab publish (SchemaStore's, as vendored by
+# check-jsonschema: offline, pinned with the package). Structure the YAML checks above do not see
+# (a misspelt key, a wrong type, a job without steps) fails here.
+SCHEMAS = {
+    "nightly-parity.yml": "vendor.github-workflows",
+    "verify-pr.yml": "vendor.github-workflows",
+    "fleet-receipts.yml": "vendor.github-workflows",
+    "fleet-receipts.gitlab-ci.yml": "vendor.gitlab-ci",
+}
+
+
+def _schema_check(path: Path, schema: str) -> subprocess.CompletedProcess[str]:
+    if importlib.util.find_spec("check_jsonschema") is None:
+        pytest.skip("check-jsonschema is not installed (it is in the test extra)")
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_ci_schemas_cover_every_ci_example() -> None:
+    assert sorted(SCHEMAS) == sorted(p.name for p in (DEPLOY / "ci").glob("*.yml"))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_ci_example_is_valid_for_its_ci_system(name: str) -> None:
+    done = _schema_check(DEPLOY / "ci" / name, SCHEMAS[name])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_the_schema_check_fails_on_a_misspelt_key(name: str, tmp_path: Path) -> None:
+    # Guard the guard: the same file with one key misspelt must be refused.
+    text = (DEPLOY / "ci" / name).read_text(encoding="utf-8")
+    key = "script:" if name.endswith(".gitlab-ci.yml") else "runs-on:"
+    assert key in text
+    broken = tmp_path / name
+    broken.write_text(text.replace(key, key[:-1] + "z:", 1), encoding="utf-8")
+    done = _schema_check(broken, SCHEMAS[name])
+    assert done.returncode == 1, done.stdout + done.stderr
