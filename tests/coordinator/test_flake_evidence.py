@@ -296,3 +296,17 @@ def test_a_tainted_side_run_breaks_the_streak_and_one_that_never_ran_does_not(
     # evidence): a streak of two, and the tainted one counts against it overall.
     assert (note["reruns"]["failures"], note["reruns"]["runs"]) == (0, 2)
     assert (note["reruns_overall"]["failures"], note["reruns_overall"]["runs"]) == (1, 6)
+
+
+def test_rebuild_refuses_a_repeat_folder_holding_another_runs_receipt(
+    runs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A repeat's receipt swapped for the record's (or anything else's): named, never recorded.
+    repeat = runs / "n1" / "a" / "repeats" / "3"
+    (repeat / "receipt.json").write_bytes((runs / "n1" / "a" / "receipt.json").read_bytes())
+    db = runs.parent / "history.sqlite"
+    capsys.readouterr()
+    code = main(["history", "rebuild", str(runs), "--history", str(db)])
+    err = capsys.readouterr().err
+    assert code == 8
+    assert "the receipt is run 'n1', not this folder's repeat 'n1.r3'" in err, err

@@ -290,12 +290,20 @@ def _read_repeats(folder: Path, run_id: str) -> list[RepeatRecord]:
             raise IntegrityError(
                 f"{child}: not a repeat's folder (its box.json says repeat {meta.repeat})"
             )
-        repeat_id = meta.run_id or f"{run_id}.r{meta.repeat}"
+        # Derived, never read from box.json: a repeat's id is its run's plus `.r<k>`.
+        repeat_id = f"{run_id}.r{meta.repeat}"
         if meta.status != "evaluated":
             found.append(RepeatRecord(meta.repeat, repeat_id, False, reason=_reason(meta)))
             continue
         path = child / "receipt.json"
         receipt = load_receipt(read_capped(path, MAX_RECEIPT_BYTES), source=str(path))
+        if receipt.run_id != repeat_id:
+            # The seal bound each repeat's receipt to this id; one that says otherwise was
+            # put there by something else.
+            raise IntegrityError(
+                f"{path}: the receipt is run {receipt.run_id!r}, not this folder's repeat "
+                f"{repeat_id!r}; rebuild without this folder or restore it"
+            )
         found.append(
             RepeatRecord(
                 repeat=meta.repeat,
