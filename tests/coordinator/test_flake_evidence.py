@@ -197,8 +197,10 @@ def test_show_and_test_tell_repeats_and_frozen_re_runs_apart(
     (points,) = [t["points"] for t in frozen["boxes"] if t["box"] == "a"]
     side = [(p["run_id"], p["repeat"], p["outcome"]) for p in points if p["source"] != "run"]
     assert side[:3] == [("n1", 1, "passed"), ("n1.r2", 2, "passed"), ("n1.r3", 3, "passed")]
-    # The gated run never ran it: one "absent" per run, not one per repeat.
-    assert [p["run_id"] for p in points if p["source"] == "run"] == ["n2", "n1", "n0"]
+    # The gated run never ran it: one point per run, not one per repeat; "frozen" where that
+    # run's side run was asked for it, "absent" where the run had none (n2).
+    record = [(p["run_id"], p["outcome"]) for p in points if p["source"] == "run"]
+    assert record == [("n2", "absent"), ("n1", "frozen"), ("n0", "frozen")]
     text = cli(capsys, "history", "test", FROZEN, "--history", str(db))
     assert "frozen re-run, repeat 2" in text and "frozen re-run" in text
 

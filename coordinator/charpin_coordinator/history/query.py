@@ -110,7 +110,9 @@ class OutcomePoint(Row):
     run_id: str  # the receipt's id: a repeat's is `<run id>.r<k>`
     started_at: str
     commit: str
-    outcome: str  # a receipt outcome, "absent" (the box ran, this test did not), "not run"
+    # a receipt outcome, "absent" (the box ran, this test did not), "frozen" (the ledger
+    # deselected it, as that run's frozen side run shows), "not run"
+    outcome: str
     # 1: the box's receipt of record; k > 1: repeat k of that run (`run --repeat`).
     repeat: int = 1
     # "run", or "frozen-rerun": the ledger's frozen tests re-run on the side (--include-frozen).
@@ -216,6 +218,9 @@ def show_run(store_path: Path, run_id: str) -> RunDetail:
     )
 
 
+FROZEN_OUT = "frozen"
+
+
 def outcome_timeline(store_path: Path, nodeid: str, limit: int = 30) -> OutcomeTimeline:
     """The test's outcome on each box that ever ran it, newest `limit` runs per box, from its
     first appearance on that box on ("absent" where the box ran without it)."""
@@ -237,13 +242,16 @@ def outcome_timeline(store_path: Path, nodeid: str, limit: int = 30) -> OutcomeT
             sides = side_points(conn, test, [(int(r[0]), str(r[1])) for r in rows])
             points = []
             for rb, run_id, started, commit, code in rows:
+                mine = sides.get(int(rb), [])
+                if code is not None:
+                    outcome = OUTCOME_NAMES[int(code)]
+                elif any(side.source != RUN for side in mine):
+                    # The run's side run was asked for it: the ledger froze it out of the run.
+                    outcome = FROZEN_OUT
+                else:
+                    outcome = ABSENT
                 points.append(
-                    OutcomePoint(
-                        run_id=run_id,
-                        started_at=started,
-                        commit=commit,
-                        outcome="absent" if code is None else OUTCOME_NAMES[int(code)],
-                    )
+                    OutcomePoint(run_id=run_id, started_at=started, commit=commit, outcome=outcome)
                 )
                 points += [
                     OutcomePoint(
@@ -254,7 +262,7 @@ def outcome_timeline(store_path: Path, nodeid: str, limit: int = 30) -> OutcomeT
                         repeat=side.repeat,
                         source=side.source,
                     )
-                    for side in sides.get(int(rb), [])
+                    for side in mine
                     # A test the run's gated set never had (a frozen one) is absent from every
                     # repeat too: said once, by the record's point.
                     if not (code is None and side.source == RUN and side.outcome == ABSENT)
