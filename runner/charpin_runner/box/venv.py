@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,9 @@ def build(venvs: Path, src: Path, commands: Sequence[str], seconds: float) -> di
                 shutil.rmtree(work, ignore_errors=True)
             if wrote and not editable:
                 shutil.rmtree(venv, ignore_errors=True)
-                shown = ", ".join(wrote[:5]) + (f" and {len(wrote) - 5} more" if len(wrote) > 5 else "")
+                shown = ", ".join(wrote[:5]) + (
+                    f" and {len(wrote) - 5} more" if len(wrote) > 5 else ""
+                )
                 raise BoxStepError(
                     "setup-failed",
                     f"setup wrote {shown} into the checkout; setup runs once per dependency set "
@@ -91,9 +94,7 @@ def build(venvs: Path, src: Path, commands: Sequence[str], seconds: float) -> di
     return {"python": str(python), "venv": str(venv), "cached": cached}
 
 
-def prepare(
-    run: Path, base_python: str, src: Path, commands: Sequence[str], seconds: float
-) -> str:
+def prepare(run: Path, base_python: str, src: Path, commands: Sequence[str], seconds: float) -> str:
     """Run the prepare commands in src with a per-run venv over base_python's packages; return
     that venv's python.
 
@@ -141,7 +142,9 @@ def _site_dirs(python: str, cwd: Path, ends: float) -> list[str]:
         check=False,
     )
     if done.returncode != 0:
-        raise BoxStepError("setup-failed", f"{python} cannot report its site-packages: {done.stderr}")
+        raise BoxStepError(
+            "setup-failed", f"{python} cannot report its site-packages: {done.stderr}"
+        )
     return list(dict.fromkeys(done.stdout.split()))
 
 
@@ -237,15 +240,31 @@ def _run(
             proc.kill()
             output = b""
         raise BoxStepError(
-            "timeout", f"{what} command {command!r} ran past the box deadline: {_tail(output)}"
+            "timeout",
+            f"{what} command {command!r} ran past the box deadline: {failure_tail(output)}",
         ) from None
     if proc.returncode != 0:
         raise BoxStepError(
             "setup-failed",
-            f"{what} command {command!r} exited {proc.returncode}: {_tail(output)}",
+            f"{what} command {command!r} exited {proc.returncode}: {failure_tail(output)}",
         )
 
 
-def _tail(output: bytes | None) -> str:
-    lines = (output or b"")[-_OUTPUT_TAIL:].decode("utf-8", "replace").strip().splitlines()
-    return " | ".join(line.strip() for line in lines[-6:]) or "(no output)"
+# pip's advice about itself, not about the failure.
+_NOISE = ("[notice]",)
+# A Python exception's last line ("ModuleNotFoundError: No module named 'setuptools'").
+_EXCEPTION = re.compile(r"\A[A-Za-z_][\w.]*(Error|Exception): ")
+
+
+def failure_tail(output: bytes | None) -> str:
+    """The last lines of a failed command's output as one line; when the exception that made it
+    fail is further up (pip ends with its own hints), that line first."""
+    text = (output or b"")[-_OUTPUT_TAIL:].decode("utf-8", "replace")
+    lines = [
+        ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(_NOISE)
+    ]
+    tail = lines[-6:]
+    cause = next((ln for ln in reversed(lines[:-6]) if _EXCEPTION.match(ln)), None)
+    if cause is not None and not any(_EXCEPTION.match(ln) for ln in tail):
+        tail = [cause, "...", *tail]
+    return " | ".join(tail) or "(no output)"
