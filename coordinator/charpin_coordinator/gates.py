@@ -16,6 +16,7 @@ gate that compares boxes is judged on the box alone when either side lacks what 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable, Sequence
 
 from charpin_runner.receipt import FileState, Imported, Receipt
@@ -47,6 +48,23 @@ WROTE_INTO_ACTION = (
     "editing that folder meanwhile); a box cache named there was removed and rebuilds on the "
     "next run; then re-run"
 )
+
+
+# Clean tree failed on build and packaging leftovers only (`pip install -e .` in the working
+# tree leaves `src/pkg.egg-info/`): the fix is the repository's .gitignore, not the run.
+ARTIFACTS_ACTION = (
+    "these are build leftovers (from `pip install -e .`, a build or a test cache): add them to "
+    "the repository's .gitignore (or remove them), then re-run"
+)
+_ARTIFACT = re.compile(
+    r"(\A|/)([^/]+\.egg-info|__pycache__|\.pytest_cache|\.mypy_cache|\.ruff_cache|\.eggs|"
+    r"\.tox|\.nox|build|dist)(/|\Z)|\.py[co]\Z"
+)
+
+
+def _only_artifacts(r: Receipt) -> bool:
+    paths = users_dirt(r) + undeclared(r.tree.written, r.tree.outputs)
+    return bool(paths) and all(_ARTIFACT.search(p) for p in paths)
 
 
 # What to do when a gate could not be evaluated: the evidence is missing, not bad.
@@ -143,6 +161,8 @@ def evaluate(
             ]
             if status == "FAIL" and gate == "Completeness" and "wrote into" in detail:
                 action = WROTE_INTO_ACTION
+            if status == "FAIL" and gate == "Clean tree" and _only_artifacts(receipt):
+                action = ARTIFACTS_ACTION
             lacking = _lacking(gate, label, receipt, base)
             if lacking is not None:
                 status, detail, action = _judge_imported(

@@ -78,6 +78,21 @@ def test_clean_tree_fails_on_uncommitted_and_written_files():
     assert "written during the run: scratch.log" in result.detail
 
 
+def test_clean_tree_on_build_leftovers_only_says_to_ignore_them():
+    leftovers = ["src/pkg.egg-info/PKG-INFO", "src/pkg/__pycache__/a.cpython-311.pyc", "x.pyc"]
+    receipts = two(**{"tree.dirty_before": leftovers, "tree.dirty_after": leftovers})
+    result = gate(receipts, "Clean tree", "box")
+    assert result.status == "FAIL" and ".gitignore" in result.action
+    # One file of the user's among them: the usual action, the run's tree is really dirty.
+    mixed = [*leftovers, "src/pkg/core.py"]
+    receipts = two(**{"tree.dirty_before": mixed, "tree.dirty_after": mixed})
+    result = gate(receipts, "Clean tree", "box")
+    assert result.status == "FAIL" and ".gitignore" not in result.action
+    assert (
+        "build" not in gate(two(**{"tree.dirty_after": ["builder.py"]}), "Clean tree", "box").action
+    )
+
+
 def test_clean_tree_passes_when_changes_are_declared_outputs():
     receipts = two(
         **{
