@@ -22,17 +22,18 @@ import os
 import re
 import traceback
 import types
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from charpin_runner.errors import ConfigError
-from charpin_runner.receipt import REPO_IN_IDS
-
 if TYPE_CHECKING:
     from charpin_runner.ledger import Ledger
+
+# charpin_runner.receipt.REPO_IN_IDS, spelled out (a test checks they agree): importing receipt
+# builds 16 dataclasses, ~7 ms in every pytest run this plugin loads into (bench_probe.py).
+REPO_IN_IDS = "{repo}"
 
 # How much of a collection error the receipt keeps: its end says what broke.
 _COLLECT_ERROR_LINES = 8
@@ -222,7 +223,9 @@ def _plugins(config: pytest.Config) -> list[str]:
     from_dists = set()
     for plugin, dist in pm.list_plugin_distinfo():
         from_dists.add(id(plugin))
-        names.add(f"{dist.project_name}-{dist.version}")
+        # dist.project_name and dist.version each parse the METADATA file again.
+        meta = dist.metadata
+        names.add(f"{meta['name']}-{meta['version']}")
     for _name, plugin in pm.list_name_plugin():
         if id(plugin) in from_dists or not isinstance(plugin, types.ModuleType):
             continue
@@ -409,6 +412,7 @@ class Probe:
         if not value:
             return None
         # Imported here: once installed, this module loads into every pytest run, used or not.
+        from charpin_runner.errors import ConfigError
         from charpin_runner.ledger import load_ledger
 
         try:
@@ -448,6 +452,16 @@ class Probe:
         if any(root in nodeid for root in self.roots):
             nodeid = self.root_pattern.sub(REPO_IN_IDS, nodeid)
         return nodeid
+
+    def _ids(self, items: Iterable[pytest.Item]) -> list[str]:
+        """_id of every item's node id, for the collection hooks that see the whole suite."""
+        ids = [self.prefix + item.nodeid for item in items]
+        # One search through all the ids, not one per id (bench_probe.py). A root found there
+        # sends every id through the pattern, which leaves an id without the root as it is.
+        joined = "\n".join(ids)
+        if any(root in joined for root in self.roots):
+            ids = [self.root_pattern.sub(REPO_IN_IDS, nodeid) for nodeid in ids]
+        return ids
 
     # -- session ------------------------------------------------------------------------------
 
@@ -556,31 +570,33 @@ class Probe:
 
     def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
         if self.collecting:
-            self.filtered_seen.update(self._id(item.nodeid) for item in items)
+            self.filtered_seen.update(self._ids(items))
 
     def _before_others(self, items: list[pytest.Item]) -> None:
-        self.order = [self._id(item.nodeid) for item in items]
+        self.order = self._ids(items)
         self.collected = sorted(set(self.order))
         self.collecting = True
 
     def _after_others(self, items: list[pytest.Item]) -> None:
         self.collecting = False
-        present = {self._id(item.nodeid) for item in items}
-        gone = set(self.collected) - present
+        ids = self._ids(items)
+        present = set(ids)
+        collected = set(self.collected)
+        gone = collected - present
         filtered = sorted(gone & self.filtered_seen)
         dropped = sorted(gone - self.filtered_seen)
         notes = list(self.notes)
-        added = sorted(present - set(self.collected))
+        added = sorted(present - collected)
         if added:
             shown = ", ".join(added[:5]) + (" ..." if len(added) > 5 else "")
             notes.append(f"{len(added)} ids were added during collection: {shown}")
-        ledger = self._apply_ledger(items)
+        ledger = self._apply_ledger(items, ids)
         self.record = {
             "collected": self.collected,
             "order": self.order,
             "filtered": filtered,
             "dropped": dropped,
-            "selected": sorted(self._id(item.nodeid) for item in items),
+            "selected": sorted(ids),
             "ledger": ledger,
             "notes": notes,
         }
@@ -598,7 +614,8 @@ class Probe:
             "expired": [],
         }
 
-    def _apply_ledger(self, items: list[pytest.Item]) -> dict[str, Any]:
+    def _apply_ledger(self, items: list[pytest.Item], ids: list[str]) -> dict[str, Any]:
+        """Deselect what the ledger says from items; ids are their ids, kept in step."""
         report = self._ledger_header()
         if self.ledger is None:
             return report
@@ -607,15 +624,21 @@ class Probe:
         res = resolve(self.ledger, self.collected, self.today)
         self.frozen = set(res.frozen)
         keep: list[pytest.Item] = []
+        kept: list[str] = []
         removed: list[pytest.Item] = []
-        for item in items:
-            frozen = self._id(item.nodeid) in self.frozen
-            (removed if frozen != self.frozen_only else keep).append(item)
+        taken: set[str] = set()
+        for item, nodeid in zip(items, ids):
+            if (nodeid in self.frozen) != self.frozen_only:
+                removed.append(item)
+                taken.add(nodeid)
+            else:
+                keep.append(item)
+                kept.append(nodeid)
         if removed:
             items[:] = keep
+            ids[:] = kept
             # Deselect, never skip: the frozen test leaves the run the way `--deselect` does.
             self.config.hook.pytest_deselected(items=removed)
-        taken = {self._id(item.nodeid) for item in removed}
         report.update(
             deselected=[
                 {"nodeid": d.nodeid, "entry": d.entry} for d in res.deselected if d.nodeid in taken
@@ -629,7 +652,7 @@ class Probe:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        final = [self._id(item.nodeid) for item in session.items]
+        final = self._ids(session.items)
         if self.record is None:
             # Some hook raised inside collection_modifyitems: keep what pytest ended up with.
             self.collected = sorted(set(final))
@@ -639,7 +662,7 @@ class Probe:
                 "filtered": [],
                 "dropped": [],
                 "selected": sorted(set(final)),
-                "ledger": self._apply_ledger([]),
+                "ledger": self._apply_ledger([], []),
                 "notes": [*self.notes, "collection_modifyitems did not complete"],
             }
         self.record["late_dropped"] = sorted(set(self.record["selected"]) - set(final))
@@ -764,28 +787,33 @@ class Probe:
         self._emit({"kind": "collect-error", "nodeid": self._id(report.nodeid), "text": text})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # Hot path: runs three times per test, so it formats its lines by hand (benchmark).
-        nodeid = self.prefix + report.nodeid
+        # Hot path: runs three times per test, so it formats its lines by hand and reads the
+        # report's node id once (a computed property in current pytest) (bench_probe.py).
+        raw = report.nodeid
+        nodeid = self.prefix + raw
         for root in self.roots:
             if root in nodeid:
-                nodeid = self._id(report.nodeid)
+                nodeid = self._id(raw)
                 break
-        when = str(report.when)
+        raw_when = report.when
+        key = (raw, raw_when)
+        when = str(raw_when)
         label: str = report.outcome  # _label(report), inline on the hot path
         if hasattr(report, "wasxfail"):
             label = _XFAIL_LABELS.get(label, label)
         shown = label
-        expected = self.seen.pop((report.nodeid, report.when), None)
+        expected = self.seen.pop(key, None)
         if expected is not None and label != expected:
             label = self._compare(nodeid, when, expected, label)
         if label in _FAILING:
             self.watch.append((nodeid, when, shown, report))
-        if self.out is None:
+        out = self.out
+        if out is None:
             return  # an xdist worker: the controller records the report xdist relays
         if when == "setup":
             # Written now, not at teardown, so a test that kills the process still shows up.
             self.executed.add(nodeid)
-            self.out.write(f'{{"kind":"setup","nodeid":{_quote(nodeid)}}}\n')
+            out.write(f'{{"kind":"setup","nodeid":{_quote(nodeid)}}}\n')
             self.phases[nodeid] = {"setup": (label, report.duration)}
             return
         phases = self.phases.pop(nodeid, {}) if when == "teardown" else None
@@ -793,7 +821,9 @@ class Probe:
             context = getattr(report, "context", None)
             if context is not None:
                 self._subtest(nodeid, label, context, type(report).__module__)
-            phases = self.phases.setdefault(nodeid, {})
+            phases = self.phases.get(nodeid)
+            if phases is None:
+                phases = self.phases[nodeid] = {}
             before = phases.get(when)
             # A failure sticks: with subtests the call phase reports once per subtest, then once
             # more for the test itself.
@@ -852,7 +882,12 @@ class Probe:
 
     def _finish_test(self, nodeid: str, phases: dict[str, tuple[str, float]]) -> None:
         duration = round(sum([took for _, took in phases.values()]), 6)
-        outcome = _outcome({when: label for when, (label, _) in phases.items()})
+        for label, _ in phases.values():
+            if label != "passed":
+                outcome = _outcome({when: label for when, (label, _) in phases.items()})
+                break
+        else:
+            outcome = "passed"  # what _outcome makes of it, without building its argument
         counts = self.subtests.pop(nodeid, None)
         if counts is not None:
             line: dict[str, Any] = {"kind": "report", "nodeid": nodeid, "outcome": outcome}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import charpin_runner
 import pytest
@@ -275,4 +276,36 @@ def test_read_probe_survives_garbage_and_keeps_partial_data(tmp_path: Path) -> N
         "truncated last line ignored",
         "the test session never finished (no finish line): it ended early",
         "started but never reported an outcome: a::u",
+    ]
+
+
+def test_plugin_spells_the_repository_placeholder_as_the_receipt_does() -> None:
+    # plugin.py copies the constant so that loading it never imports receipt.py (start-up cost).
+    from charpin_runner import plugin, receipt
+
+    assert plugin.REPO_IN_IDS == receipt.REPO_IN_IDS
+
+
+def test_ids_over_a_suite_agree_with_one_id_at_a_time() -> None:
+    # _ids searches all ids for the repository at once (collection is a hot path); the result
+    # must be _id's, id by id, whether or not some id holds the repository's path.
+    import types
+
+    from charpin_runner import plugin
+
+    roots = ("/work/app",)
+    probe: Any = types.SimpleNamespace(
+        prefix="sub/",
+        roots=roots,
+        root_pattern=re.compile(re.escape(roots[0]) + r"(?![\w.-])"),
+    )
+    plain = ["t.py::test_a", "t.py::test_b[x]"]
+    with_root = [*plain, "t.py::test_c[/work/app/data.csv]", "t.py::test_d[/work/app2/x]"]
+    # Joined for the search, two ids must not make up the root between them.
+    split = ["t.py::test_e[/work/", "app]"]
+    for nodeids in (plain, with_root, split, []):
+        items = [types.SimpleNamespace(nodeid=n) for n in nodeids]
+        assert plugin.Probe._ids(probe, items) == [plugin.Probe._id(probe, n) for n in nodeids]
+    assert plugin.Probe._ids(probe, [types.SimpleNamespace(nodeid=with_root[2])]) == [
+        "sub/t.py::test_c[{repo}/data.csv]"
     ]
