@@ -1,7 +1,8 @@
 """The probe record: what the pytest plugin saw, as JSON lines. Runs on boxes; stdlib only.
 
-The plugin (plugin.py) writes one JSON object per line to the path given by --charpin-receipt;
-the parent (`charpin receipt`) reads it back with read_probe() and folds it into the receipt.
+The plugin (plugin.py) writes one JSON object per line to --charpin-receipt (the parent's pipe,
+or a path); the parent (`charpin receipt`) reads it with read_record() and folds it into the
+receipt.
 Lines are written as the run goes (line buffered), so a run killed by os._exit() still leaves its
 collection and the tests it started behind, while the missing "finish" line tells the parent the
 session never ended. Line kinds, in the order they usually appear:
@@ -15,9 +16,14 @@ session never ended. Line kinds, in the order they usually appear:
               after pytest made it; `seen` is what pytest's own handling made of it, and `after`
               says the change came after the probe had recorded the report
 * tampered    what: parts of the probe itself that the code under test replaced
-* finish      exitstatus, leaked, failing (ids whose report pytest made failing, xfail aside;
-              each must be reported failed or error, or a hook hid the failure), unverified
-              (ids reported xfailed although the probe could not read pytest's xfail state)
+* failing     nodeid: pytest made this test's report failing (xfail aside), sent at once; it
+              must be reported failed or error, or a hook hid the failure
+* unverified  nodeid: reported xfailed although the probe could not read pytest's xfail state
+* finish      exitstatus, leaked, failing and unverified (all of them once more)
+
+The record usually arrives through a pipe the parent drains while the run goes (recordpipe.py):
+what was sent cannot be taken back, so a line after `finish` is tampering, and a second report
+of a failed test cannot turn it green.
 
 Under pytest-xdist the collection line comes after the reports (workers send it at the end).
 """
@@ -100,10 +106,30 @@ def read_probe(path: Path) -> ProbeData:
         reason = "was never written" if isinstance(exc, FileNotFoundError) else "cannot be read"
         data.notes.append(f"probe record {path.name} {reason}: the plugin did not start")
         return data
+    return read_record(raw)
+
+
+def read_record(raw: bytes, data: Optional[ProbeData] = None) -> ProbeData:
+    """Read a probe record's bytes (from the parent's pipe, or a file); never raises.
+
+    A record is read as the parent received it: a line can be added to it but never taken
+    back, so every line that contradicts an earlier one is evidence, not an update. Lines that
+    arrive after the session's finish line can only come from code running after pytest was
+    done (an atexit hook): they are reported as tampering and ignored."""
+    data = ProbeData() if data is None else data
     lines = raw.decode("utf-8", errors="replace").split("\n")
+    late = 0
     for number, line in enumerate(lines, 1):
-        if line.strip():
-            _read_line(data, line, number, last=number == len(lines))
+        if not line.strip():
+            continue
+        if data.session_finished:
+            late += 1
+            continue
+        _read_line(data, line, number, last=number == len(lines))
+    if late:
+        what = f"{late} line{'' if late == 1 else 's'} written to its record after the session finished"
+        data.tampered.append(what)
+        data.notes.append(f"the test run tampered with the charpin probe: {what}")
     data.executed = sorted(set(data.executed))
     _explain(data)
     return data
@@ -271,8 +297,21 @@ def _read_finish(data: ProbeData, record: dict[str, Any]) -> None:
     data.session_finished = True
     data.pytest_status = status
     data.ledger.leaked = sorted(set(leaked))
-    data.failing = sorted(set(failing))
-    data.unverified = sorted(set(unverified))
+    # Unions: an id sent while the run went stays, whatever the finish line says.
+    data.failing = sorted(set(data.failing) | set(failing))
+    data.unverified = sorted(set(data.unverified) | set(unverified))
+
+
+def _read_failing(data: ProbeData, record: dict[str, Any]) -> None:
+    nodeid = _str(record["nodeid"])
+    if nodeid not in data.failing:
+        data.failing.append(nodeid)
+
+
+def _read_unverified(data: ProbeData, record: dict[str, Any]) -> None:
+    nodeid = _str(record["nodeid"])
+    if nodeid not in data.unverified:
+        data.unverified.append(nodeid)
 
 
 def _read_collect_error(data: ProbeData, record: dict[str, Any]) -> None:
@@ -288,6 +327,8 @@ _HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {
     "rewritten": _read_rewritten,
     "tampered": _read_tampered,
     "finish": _read_finish,
+    "failing": _read_failing,
+    "unverified": _read_unverified,
 }
 
 

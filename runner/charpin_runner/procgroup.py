@@ -66,18 +66,27 @@ def run_child(
     timeout: float | None,
     stop: StopFlag,
     adopted: bool = False,
+    *,
+    pass_fds: Collection[int] = (),
+    started: Callable[[], None] | None = None,
 ) -> Ending:
     """Run argv in its own process group; on any end, SIGKILL the group and wait it out.
 
     With adopted=True (see become_subreaper) every remaining child of this process, which
-    includes daemons that left the group with setsid(), is killed as well."""
+    includes daemons that left the group with setsid(), is killed as well. pass_fds reach the
+    child; started() runs once it holds them (the parent then closes its own copies)."""
     try:
-        proc = subprocess.Popen(argv, cwd=str(repo), env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, cwd=str(repo), env=env, start_new_session=True, pass_fds=tuple(pass_fds)
+        )
     except OSError as exc:
         raise RunError(
             f"cannot start the test command {argv[0]!r}: {exc.strerror}; "
             "fix test_command in [tool.charpin]"
         ) from exc
+    finally:
+        if started is not None:
+            started()
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         status, timed_out = _supervise(proc, deadline, lambda: stop.requested)

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
@@ -22,16 +19,16 @@ from pathlib import Path
 from typing import Any, cast
 
 import charpin_runner
-from charpin_runner import envinfo, fixtures, gitstate, owndir
+from charpin_runner import envinfo, fixtures, frozen_side, gitstate, owndir
 from charpin_runner import sandbox as sandbox_mod
 from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, DEFAULT_WATCH, CharpinConfig
-from charpin_runner.errors import CharpinError, ConfigError, RunError, UsageError
+from charpin_runner.errors import CharpinError, ConfigError, UsageError
 from charpin_runner.interpret import Ending, interpret
 
 # Imported now, before any test runs: code read after the tests could be code they rewrote.
 from charpin_runner.pins.replay import replay_for_receipt
-from charpin_runner.probe import ProbeData, read_probe
-from charpin_runner.procgroup import StopFlag, kill_adopted, run_child
+from charpin_runner.probe import ProbeData
+from charpin_runner.procgroup import StopFlag, kill_adopted
 from charpin_runner.receipt import (
     OUTCOMES,
     REPO_IN_IDS,
@@ -39,7 +36,6 @@ from charpin_runner.receipt import (
     Collection,
     Environment,
     Exit,
-    Fixtures,
     FrozenRerun,
     Identity,
     Outcome,
@@ -49,6 +45,7 @@ from charpin_runner.receipt import (
     Receipt,
     Tree,
 )
+from charpin_runner.testrun import run_tests
 
 
 @dataclass(frozen=True)
@@ -94,7 +91,7 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         raise UsageError(f"{repo} has no commit checked out (HEAD does not resolve); commit first")
     fx_before = fixtures.snapshot(repo, roots)
     guard = sandbox_mod.begin(request.sandbox)
-    run = _run_tests(request, ledger, stop, guard)
+    run = run_tests(request, ledger, stop, guard)
     # An interrupted run winds down: the receipt is written, pins are not replayed. Pins run
     # before the after-measurements, so whatever a pin target leaves behind is measured too.
     pins, reasons = _replay_pins(request, guard, skip=stop.requested)
@@ -104,22 +101,23 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     # Everything below is measured after every process the run started is gone; fixtures
     # first, before git (the one other program we run) gets a chance to do anything.
     fx_after = fixtures.snapshot(repo, roots)
-    git_after, after_reasons = _state_after(repo, git_before)
+    git_after, after_reasons = frozen_side.state_after(repo, git_before)
     # The measured run's own ending and sandbox findings, taken before any side run: a Ctrl-C
     # or a write during the side run is the side run's, never the record's.
     interrupted = stop.requested
-    reasons = sandbox_mod.finish(guard) + after_reasons + reasons
+    reasons = run.findings + sandbox_mod.finish(guard) + after_reasons + reasons
     side: FrozenRerun | None = None
     side_notes: list[str] = []
     if request.include_frozen and not interrupted and not run.ending.timed_out:
         # After every measurement above, so nothing a frozen test does can reach them.
-        moved = _moved_by_run(gitstate.written_paths(git_before, git_after), fx_before, fx_after)
-        side, side_notes = _frozen_rerun(
+        written = gitstate.written_paths(git_before, git_after)
+        moved = frozen_side.moved_by_run(written, fx_before, fx_after)
+        side, side_notes = frozen_side.frozen_rerun(
             request,
             ledger,
             stop,
             sandbox_mod.again(guard),
-            _Measured(run.probe, fx_after, git_after, moved),
+            frozen_side.Measured(run.probe, fx_after, git_after, moved),
             began,
         )
     if ledger_sha and run.probe.ledger.sha256 and run.probe.ledger.sha256 != ledger_sha:
@@ -184,164 +182,6 @@ def utf8_safe(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return replace(value, **{f.name: utf8_safe(getattr(value, f.name)) for f in fields(value)})
     return value
-
-
-@dataclass(frozen=True)
-class _TestRun:
-    command: list[str]
-    ending: Ending
-    wall: float
-    probe: ProbeData
-
-
-def _run_tests(
-    request: Request,
-    ledger: str | None,
-    stop: StopFlag,
-    guard: sandbox_mod.Guard,
-    *,
-    frozen_only: bool = False,
-    timeout: float | None = None,
-) -> _TestRun:
-    """Run the test command with the probe writing to a scratch folder outside the repository."""
-    with tempfile.TemporaryDirectory(prefix="charpin-probe-") as tmp:
-        probe_path = Path(tmp) / "probe.jsonl"
-        argv = build_command(request, probe_path, ledger, frozen_only=frozen_only)
-        env = child_env(Path(tmp))
-        if guard.used:
-            _startable(argv[0], request.repo, env)
-        began = time.monotonic()
-        ending = run_child(
-            sandbox_mod.wrap(guard, argv, scratch=tmp),
-            request.repo,
-            env,
-            request.timeout if timeout is None else timeout,
-            stop,
-            request.kill_adopted,
-        )
-        wall = round(time.monotonic() - began, 3)
-        return _TestRun(
-            command=_recorded_command(argv, probe_path, request.repo),
-            ending=ending,
-            wall=wall,
-            probe=read_probe(probe_path),
-        )
-
-
-# A side run needs at least this long; with less left of --timeout it is not started.
-_SIDE_MIN_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class _Measured:
-    """What the side run starts from: the measured run's probe, fixtures and git state, and
-    what that run changed in the checkout (the side run then ran on a changed tree)."""
-
-    probe: ProbeData
-    fixtures: fixtures.Snapshot
-    git: gitstate.GitState
-    moved: list[str]
-
-
-def _moved_by_run(
-    written: list[str], before: fixtures.Snapshot, after: fixtures.Snapshot
-) -> list[str]:
-    moved = fixtures.diff(before, after)
-    return sorted(set(written) | set(_changed_paths(moved)))
-
-
-def _changed_paths(moved: Fixtures) -> list[str]:
-    return sorted(
-        set(moved.added + moved.removed + moved.changed + moved.type_changed + moved.mode_changed)
-    )
-
-
-def _frozen_rerun(
-    request: Request,
-    ledger: str | None,
-    stop: StopFlag,
-    guard: sandbox_mod.Guard,
-    main: _Measured,
-    began: float,
-) -> tuple[FrozenRerun | None, list[str]]:
-    """Run the frozen tests alone (--include-frozen) and say whether they ran clean; also the
-    notes the receipt of record gets about it (a side run that wrote where later runs read)."""
-    requested = sorted(main.probe.ledger.frozen)
-    if ledger is None or not requested:
-        return None, []
-    left = None
-    if request.timeout is not None:
-        left = request.timeout - (time.monotonic() - began)
-        if left < _SIDE_MIN_SECONDS:
-            reason = "not run: nothing was left of --timeout after the measured run"
-            return FrozenRerun(requested, {}, "timed-out", -1, [], 0.0, False, [reason]), []
-    side = _run_tests(request, ledger, stop, guard, frozen_only=True, timeout=left)
-    if request.kill_adopted:
-        kill_adopted()
-    # Measured as the run itself is: fixtures first, then git, then the protected paths.
-    changed = _changed_paths(
-        fixtures.diff(main.fixtures, fixtures.snapshot(request.repo, main.fixtures.roots))
-    )
-    git_side, git_findings = _state_after(request.repo, main.git)
-    escaped = sandbox_mod.finish(guard)
-    ending = Ending(side.ending.status, side.ending.timed_out, stop.requested, left)
-    ended = interpret(ending, side.probe)
-    outcomes = {k: cast(Outcome, v) for k, v in side.probe.outcomes.items() if v in OUTCOMES}
-    reasons = list(ended.reasons)
-    not_passed = [nodeid for nodeid in requested if outcomes.get(nodeid) != "passed"]
-    if not_passed:
-        shown = ", ".join(f"{n} ({outcomes.get(n, 'not run')})" for n in not_passed[:5])
-        count = len(not_passed)
-        reasons.append(f"{count} frozen test{'' if count == 1 else 's'} did not pass: {shown}")
-    if changed:
-        reasons.append(f"the side run changed watched fixtures: {', '.join(changed[:5])}")
-    tainted = _git_moves(main.git, git_side) + git_findings + escaped
-    if main.moved:
-        # A test of the measured run rewrote what the frozen tests then ran (a regenerated
-        # golden, an edited test file): their result says nothing about the committed code.
-        shown = ", ".join(main.moved[:5])
-        tainted.append(f"the measured run had changed the checkout the side run used: {shown}")
-    reasons += tainted
-    clean = ended.interpretation == "ok" and not not_passed and not changed and not tainted
-    notes = [f"after the measured run, the frozen tests' side run: {line}" for line in escaped]
-    rerun = FrozenRerun(
-        requested=requested,
-        outcomes=dict(sorted(outcomes.items())),
-        interpretation=ended.interpretation,
-        status=side.ending.status,
-        fixtures_changed=changed,
-        wall_seconds=side.wall,
-        clean=clean,
-        reasons=reasons,
-        tainted=tainted,
-    )
-    return rerun, notes
-
-
-def _git_moves(before: gitstate.GitState, after: gitstate.GitState) -> list[str]:
-    """What the side run did to the repository: a moved HEAD, paths it changed."""
-    out = []
-    if after.head != before.head:
-        out.append(f"the side run moved HEAD from {before.head[:12]} to {after.head[:12]}")
-    written = gitstate.written_paths(before, after)
-    if written:
-        out.append(f"the side run changed the working tree: {', '.join(written[:5])}")
-    return out
-
-
-def _startable(program: str, repo: Path, env: dict[str, str]) -> None:
-    """Under bwrap a missing program is bwrap's own failure (exit 1, like a failing test run):
-    say what run_child would say without it."""
-    if os.sep in program:
-        found = os.path.join(str(repo), program)
-        ok = os.path.isfile(found) and os.access(found, os.X_OK)
-    else:
-        ok = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
-    if not ok:
-        raise RunError(
-            f"cannot start the test command {program!r}: No such file or directory; "
-            "fix test_command in [tool.charpin]"
-        )
 
 
 def _environment(request: Request, probe: ProbeData) -> Environment:
@@ -418,66 +258,9 @@ def ledger_path(repo: Path, config: CharpinConfig) -> str | None:
     return None
 
 
-def build_command(
-    request: Request, probe: Path, ledger: str | None, *, frozen_only: bool = False
-) -> list[str]:
-    """The full test command line: the configured command plus the probe plugin's options."""
-    config = request.config
-    argv = list(config.test_command or [sys.executable, "-m", "pytest"])
-    # One token per option (`--opt=value`): pytest-xdist's workers find their rootdir from the
-    # arguments, and a separate value (the probe's path in a temporary folder) counts there as
-    # a test path, moving the workers' rootdir, and every node id, to a common parent.
-    argv += ["-p", "charpin_runner.plugin", f"--charpin-receipt={probe}"]
-    argv += [f"--charpin-root={request.repo}"]
-    if ledger is not None:
-        argv += [f"--charpin-ledger={request.repo / ledger}"]
-        if frozen_only:
-            argv.append("--charpin-frozen-only")
-    today = request.today or datetime.now(timezone.utc).date().isoformat()
-    argv += [f"--charpin-today={today}", "-p", "no:cacheprovider"]
-    return argv + list(config.pytest_args) + list(request.extra)
-
-
-def child_env(scratch: Path) -> dict[str, str]:
-    """os.environ plus what lets a bare box import the plugin without writing into the repo."""
-    env = dict(os.environ)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    root = import_root(scratch)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def import_root(scratch: Path) -> str:
-    """A sys.path entry that provides charpin_runner and nothing else.
-
-    From a zipapp that is the .pyz file itself. From a folder, the package is linked into a
-    scratch folder, because its parent may be a whole site-packages that must not shadow the
-    packages of the project under test.
-    """
-    package = Path(charpin_runner.__file__).resolve().parent
-    if package.parent.is_file():
-        return str(package.parent)
-    link = scratch / "path" / "charpin_runner"
-    link.parent.mkdir(exist_ok=True)
-    link.symlink_to(package, target_is_directory=True)
-    return str(link.parent)
-
-
 def _with_notes(ended: Exit, notes: list[str]) -> Exit:
     """Informational lines after the findings: they explain, they do not demote the run."""
     return replace(ended, reasons=list(ended.reasons) + notes) if notes else ended
-
-
-def _state_after(repo: Path, before: gitstate.GitState) -> tuple[gitstate.GitState, list[str]]:
-    """Git state after the run, measured with the ignore rules in force before it, and what
-    the repository's git setup says about the run; a repository the tests broke is recorded,
-    not fatal."""
-    try:
-        after = gitstate.read_state(repo, before)
-    except RunError as exc:
-        broken = [f"after the run, {exc}"]
-        return gitstate.unreadable(), broken + gitstate.run_findings(before, before)
-    return after, gitstate.run_findings(before, after)
 
 
 def _replay_pins(request: Request, guard: sandbox_mod.Guard, skip: bool) -> tuple[Pins, list[str]]:
@@ -573,19 +356,3 @@ def _quarantine(probe: ProbeData, ledger: str | None, ledger_sha: str | None) ->
         expired=sorted(report.expired),
         leaked=sorted(report.leaked),
     )
-
-
-def _recorded_command(argv: list[str], probe: Path, repo: Path) -> list[str]:
-    """argv with the per-run paths replaced, so two boxes' commands compare equal."""
-
-    def swap(arg: str) -> str:
-        name, eq, value = arg.partition("=")
-        if eq and name.startswith("--charpin-"):
-            return f"{name}={swap(value)}"
-        if arg == str(probe):
-            return "{probe}"
-        if arg == str(repo):
-            return "{repo}"
-        return arg.replace(str(repo) + os.sep, "{repo}" + os.sep)
-
-    return [swap(arg) for arg in argv]

@@ -22,6 +22,7 @@ import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from charpin_runner.errors import RunError, UsageError
 
@@ -118,7 +119,9 @@ def _watched(plan: Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return roots, tuple(dict.fromkeys(plan.strict + plan.containers))
 
 
-def wrap(guard: Guard, argv: list[str], scratch: str | None = None) -> list[str]:
+def wrap(
+    guard: Guard, argv: list[str], scratch: str | None = None, visible: tuple[Path, ...] = ()
+) -> list[str]:
     """argv run under bwrap with the plan's paths read-only, or argv itself. scratch: a folder
     the test command must be able to write (the probe's record) even when confined."""
     if not guard.used:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import xdist  # noqa: F401  (a required test dependency: its absence must fail, never skip)
-from charpin_runner import plugin
+from charpin_runner.inpytest import outcomes as plugin
 from charpin_runner.interpret import Ending, interpret
 from charpin_runner.probe import ProbeData, read_probe
 from charpin_runner.receipt import Exit
@@ -157,12 +157,12 @@ def test_patched_probe_function_is_reported_as_tampering(pytester: pytest.Pytest
     _, probe, verdict = run_attack(
         pytester,
         "import pytest\n"
-        "import charpin_runner.plugin as probe_module\n"
+        "import charpin_runner.inpytest.outcomes as probe_module\n"
         "probe_module._outcome = lambda phases: 'passed'\n" + ZERO_FAILURES,
     )
-    assert probe.tampered == ["charpin_runner.plugin._outcome"]
+    assert probe.tampered == ["charpin_runner.inpytest.outcomes._outcome"]
     assert verdict.reasons[0] == (
-        "the test run tampered with the charpin probe (charpin_runner.plugin._outcome); "
+        "the test run tampered with the charpin probe (charpin_runner.inpytest.outcomes._outcome); "
         "its record cannot be trusted"
     )
 
@@ -203,7 +203,25 @@ def test_forged_report_line_appended_to_the_record_keeps_the_failure(
         "def pytest_configure(config):\n"
         "    atexit.register(forge, config.getoption('charpin_receipt'))\n" + ZERO_FAILURES,
     )
+    # After the finish line nothing the probe writes can come: the line is tampering, ignored.
+    assert probe.tampered == ["1 line written to its record after the session finished"]
+    assert probe.outcomes[BAD] == "failed"
+
+
+def test_a_second_report_sent_before_the_finish_cannot_turn_a_failure_green(
+    pytester: pytest.Pytester,
+) -> None:
+    _, probe, _ = run_attack(
+        pytester,
+        "import json\n"
+        "import pytest\n"
+        "def pytest_sessionfinish(session):\n"
+        "    probe = session.config.pluginmanager.get_plugin('charpin-probe')\n"
+        "    line = {'kind': 'report', 'nodeid': 'test_m.py::test_bad', 'outcome': 'passed'}\n"
+        "    probe.out.write(json.dumps(line) + chr(10))\n" + ZERO_FAILURES,
+    )
     assert f"{BAD} was reported twice; the failure (failed) is kept" in probe.notes
+    assert probe.outcomes[BAD] == "failed"
 
 
 @pytest.mark.parametrize("side", ["everywhere", "controller"])
@@ -462,7 +480,7 @@ class TestUnit(unittest.TestCase):
 # pytest reports is "cannot verify" (never ok, never called a rewrite), and a failure stays one.
 
 # What _private_xfailed_key() gives on a pytest that moved the key.
-LOST_KEY = "import charpin_runner.plugin as probe_module\nprobe_module._XFAILED_KEY = None\n"
+LOST_KEY = "import charpin_runner.inpytest.outcomes as probe_module\nprobe_module._XFAILED_KEY = None\n"
 MARKED_XFAILS = sorted(
     f"test_m.py::{name}"
     for name in (

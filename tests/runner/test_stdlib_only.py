@@ -13,8 +13,18 @@ import pytest
 from tests.py39 import PY39, needs_py39
 
 RUNNER = Path(__file__).resolve().parents[2] / "runner"
-# plugin.py imports pytest by design; __main__ runs the CLI on import.
-EXEMPT = {"charpin_runner.plugin", "charpin_runner.__main__"}
+# The probe's pytest side imports pytest by design (checked below: pytest and nothing else);
+# __main__ runs the CLI on import.
+PYTEST_SIDE = {
+    "charpin_runner.plugin",
+    *(
+        f"charpin_runner.inpytest.{name}"
+        for name in ("collection", "outcomes", "paths", "recorder", "reports", "state", "wrappers")
+    ),
+}
+EXEMPT = {*PYTEST_SIDE, "charpin_runner.__main__"}
+# What pytest itself brings along; anything else imported by the pytest side is a leak.
+PYTEST_DEPS = {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py"}
 
 # Runs inside `python -I -S`: no site-packages, no PYTHONPATH, only runner/ on sys.path.
 _PROBE = """
@@ -82,6 +92,30 @@ def test_runner_imports_only_stdlib_on_this_python() -> None:
 @needs_py39()
 def test_runner_imports_only_stdlib_on_python_39() -> None:
     assert non_stdlib(str(PY39)) == {}
+
+
+def test_the_probe_side_imports_only_stdlib_and_pytest() -> None:
+    site = str(Path(pytest.__file__).parents[1])
+    script = f"import sys; sys.path.append({site!r})\n" + _PROBE
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, str(RUNNER), json.dumps(sorted(PYTEST_SIDE))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    allowed = set(sys.stdlib_module_names) | {"charpin_runner"} | PYTEST_DEPS
+    found = {
+        name: [m for m in seen.get("new", [seen.get("error")]) if m.split(".")[0] not in allowed]
+        for name, seen in json.loads(out.stdout).items()
+    }
+    assert {name: bad for name, bad in found.items() if bad} == {}
+    inside = {
+        str(p.relative_to(RUNNER).with_suffix("")).replace("/", ".")
+        for p in (RUNNER / "charpin_runner" / "inpytest").glob("*.py")
+    }
+    # Every module of inpytest/ is either stdlib only (checked above) or listed here.
+    assert inside - PYTEST_SIDE <= {"charpin_runner.inpytest.__init__", "charpin_runner.inpytest.channel"}
 
 
 def test_the_check_catches_a_non_stdlib_import(tmp_path: Path) -> None:

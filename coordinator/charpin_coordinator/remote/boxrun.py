@@ -181,17 +181,15 @@ class _Pipeline:
             self.session.close()
 
     def _start(self) -> sessions.BoxSession:
-        home = self.box.home
-        if self.target.in_place is not None:
-            argv, runner = sessions.local_agent(home), None
-        else:
-            argv = sessions.shipped_agent(self.target.python, home, self.plan.runner)
-            runner = self.plan.runner
+        # Every box, `local` included, starts the runner this coordinator carries from the
+        # box's own runner cache (python -I, content-checked): never a `python -m` that the
+        # working tree's own `charpin_runner/` could answer.
+        argv = sessions.shipped_agent(self.target.python, self.box.home, self.plan.runner)
         return sessions.BoxSession.start(
             self.box,
             argv,
             python=self.target.python,
-            runner=runner,
+            runner=self.plan.runner,
             timeout=self._step_seconds(),
             deadline=self.ends,
         )

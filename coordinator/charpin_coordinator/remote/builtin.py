@@ -19,6 +19,7 @@ from pathlib import Path
 
 import charpin_runner
 from charpin_runner.box.layout import cache_root
+from charpin_runner.errors import UsageError
 from charpin_runner.owndir import OWN, ensure_folder
 
 from charpin_coordinator import statedir
@@ -112,16 +113,38 @@ def coordinator_paths() -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for p in found if os.path.isdir(p)))
 
 
+def trusted_python(python: str | None, repo: Path, box: str) -> str | None:
+    """A `[tool.charpin.hosts.X] python` for a box on this machine, refused when it lies inside
+    the repository: the interpreter starts the box agent outside any sandbox, so it must never
+    be a file of the tree under test (rule 1)."""
+    if python is None or not os.path.isabs(python):
+        return python
+    found, top = os.path.realpath(python), os.path.realpath(repo)
+    if found == top or found.startswith(top + os.sep):
+        raise UsageError(
+            f"[tool.charpin.hosts.{box}] python = {python!r} is a file of the repository under "
+            "test, which would run outside the sandbox as charpin's own agent; name an "
+            "interpreter installed on this machine (e.g. /usr/bin/python3)"
+        )
+    return python
+
+
+def local_cache_home() -> Path:
+    """Where `local` keeps the runner it starts: $XDG_CACHE_HOME/charpin/local-box (or ~/.cache),
+    apart from the clean box's caches, which a local run's tests must not write."""
+    return clean_cache_home().parent / "local-box"
+
+
 def local_target(label: str, repo: Path, *, timeout: float | None = None) -> BoxTarget:
-    """The `local` box: the working tree as it is, in this environment."""
+    """The `local` box: the working tree as it is, in this environment. The agent and the
+    runner start from a folder outside the working tree (rule 1: charpin never imports from
+    the checkout), placed from this coordinator's own runner like on any box."""
 
     def connect() -> LocalTransport:
+        home = local_cache_home()
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
         root = Path(tempfile.mkdtemp(prefix="charpin-local-"))
-        env = dict(os.environ)
-        # The runner this coordinator imports, even when it is not installed (a source checkout).
-        package_root = str(Path(charpin_runner.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-        return TempBox(label, root, keep=False, base_env=env, home=str(root))
+        return TempBox(label, root, keep=False, base_env=dict(os.environ), home=str(home))
 
     # The clean box's caches too: `local` runs beside it, and its tests must not plant a venv
     # or a runner the clean box then trusts.

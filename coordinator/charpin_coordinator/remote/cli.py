@@ -16,11 +16,13 @@ from typing import Any
 from charpin_runner.errors import EXIT_CLEAN, EXIT_NOT_EVALUATED, CharpinError, UsageError
 
 from charpin_coordinator.config import load_config
-from charpin_coordinator.gitcmd import repo_root
+from charpin_coordinator.gitcmd import git_run, repo_root
 from charpin_coordinator.history import hooks as history_hooks
 from charpin_coordinator.remote import snapshot
+from charpin_coordinator.remote.builtin import trusted_python
 from charpin_coordinator.remote.display import make_progress
 from charpin_coordinator.remote.hosts import (
+    BUILTIN_BOXES,
     HostExtras,
     decode_host_extras,
     parse_host_list,
@@ -258,7 +260,9 @@ def _note_clean_interpreter(planned: Planned) -> None:
             )
 
 
-def _warn_uncommitted_config(repo: Path, commit: str, used: Mapping[str, Any]) -> None:
+def _warn_uncommitted_config(
+    repo: Path, commit: str, used: Mapping[str, Any], *, what: str = "run"
+) -> None:
     """The configuration comes from the commit: say so when the working tree's differs, instead
     of ignoring an edit the user just made (#10)."""
     if not (repo / "pyproject.toml").is_file():
@@ -270,7 +274,7 @@ def _warn_uncommitted_config(repo: Path, commit: str, used: Mapping[str, Any]) -
     if dict(mine) != dict(used):
         sys.stderr.write(
             f"charpin-remote: warning: [tool.charpin] is read from commit {commit[:12]}; your "
-            "uncommitted changes to it are not used (commit them to use them)\n"
+            f"uncommitted changes to it are not used by {what} (commit them to use them)\n"
         )
 
 
@@ -301,12 +305,18 @@ def run_hosts_check(args: argparse.Namespace) -> int:
     names = parse_host_list(args.hosts)
     extras: Mapping[str, HostExtras] = {}
     setup: list[str] = []
-    repo = _hosts_repo(args.repo)
+    repo, committed = _hosts_repo(args.repo)
     if repo is not None and (repo / "pyproject.toml").is_file():
-        # The working tree's settings: a preflight checks boxes as you are configuring them.
-        loaded = load_config(repo)
+        # In a repository, the committed settings only (rule 1): a host `python` named by an
+        # uncommitted edit would start outside any sandbox. Outside one, the folder's own file.
+        loaded = load_config(repo, rev="HEAD" if committed else None)
+        if committed:
+            _warn_uncommitted_config(repo, "HEAD", loaded.table, what="hosts check")
         extras = decode_host_extras(loaded.hosts)
         setup = list(loaded.charpin.setup)
+        for name, extra in extras.items():
+            if name in BUILTIN_BOXES:
+                trusted_python(extra.python, repo, name)
     specs = resolve_hosts(names, ssh_config=args.ssh_config, extras=extras)
     bad = False
     for result in check_hosts(specs, accept_new=args.accept_new, default_setup=setup):
@@ -317,19 +327,23 @@ def run_hosts_check(args: argparse.Namespace) -> int:
     return EXIT_NOT_EVALUATED if bad else EXIT_CLEAN
 
 
-def _hosts_repo(given: Path | None) -> Path | None:
-    """The folder whose pyproject.toml `hosts check` reads: the top of the repository holding
-    --repo (or the current folder), else that folder itself when it has a pyproject.toml. When
-    there is none, the boxes are still checked, and a note says that no [tool.charpin] was read
-    and why, so an all-ok check is not mistaken for one of the project's configuration."""
+def _hosts_repo(given: Path | None) -> tuple[Path | None, bool]:
+    """The folder whose pyproject.toml `hosts check` reads, and whether it is a repository
+    (then its HEAD is read): the top of the repository holding --repo (or the current folder),
+    else that folder itself when it has a pyproject.toml. When there is none, the boxes are
+    still checked, and a note says that no [tool.charpin] was read and why, so an all-ok check
+    is not mistaken for one of the project's configuration."""
     try:
-        return repo_root(given)
+        top = repo_root(given)
     except UsageError as exc:
         folder = given or Path.cwd()
         if (folder / "pyproject.toml").is_file():
-            return folder
+            return folder, False
         sys.stderr.write(
             "charpin-remote: note: no [tool.charpin] read, so the hosts are checked without the "
             f"project's host settings and setup: {exc}\n"
         )
-        return None
+        return None, False
+    if git_run(top, "rev-parse", "--verify", "--quiet", "HEAD^{commit}").returncode != 0:
+        return top, False  # no commit yet: the tree is all there is
+    return top, True

@@ -34,7 +34,7 @@ from charpin_coordinator.evidence import (
 from charpin_coordinator.html_report import render_html
 from charpin_coordinator.remote import provision, repeats, results, snapshot
 from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, Phase, RunPlan, run_box
-from charpin_coordinator.remote.builtin import clean_target, local_target
+from charpin_coordinator.remote.builtin import clean_target, local_target, trusted_python
 from charpin_coordinator.remote.bundle import runner_bundle
 from charpin_coordinator.remote.hosts import (
     BUILTIN_BOXES,
@@ -298,7 +298,7 @@ def _target(spec: HostSpec, repo: Path, options: Options, disposals: Disposals) 
         return clean_target(
             spec.name,
             keep=options.keep,
-            python=extras.python,
+            python=trusted_python(extras.python, repo, spec.name),
             setup=extras.setup,
             timeout=timeout,
             env=env,

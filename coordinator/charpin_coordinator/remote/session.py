@@ -14,7 +14,6 @@ there. It must stay valid on any Python 3 so that a too-old one still answers in
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -90,12 +89,6 @@ def shipped_agent(python: str, home: str, runner: RunnerBundle) -> list[str]:
     """The argv that starts the agent on a box through the bootstrap."""
     size = str(len(runner.data))
     return [python, "-I", "-c", BOOTSTRAP, home, runner.name, runner.content, runner.sha256, size]
-
-
-def local_agent(home: str) -> list[str]:
-    """The argv that starts this coordinator's own runner package as the agent, for a box that
-    runs the working tree in place (no zipapp; its transport puts the package on PYTHONPATH)."""
-    return [sys.executable, "-m", "charpin_runner", "box", "serve", "--home", home]
 
 
 class BoxSession:

@@ -35,14 +35,20 @@ Wake = Callable[[int, float], str]
 
 def runner_command(python: str) -> tuple[list[str], Optional[Path]]:
     """How python starts this very runner: the shipped runner folder the agent runs from
-    (returned too, so the run can protect it), or the importable package (the `local` box)."""
+    (returned too, so the run can protect it), or the package this agent imported."""
     root = Path(charpin_runner.__file__).resolve().parent.parent
     if (root / "__main__.py").is_file():
         # -B: the folder was compiled once when it was placed; nothing writes into it later.
         # -I -S: nothing from the environment or a site-packages .pth file runs in the parent
         # that measures the run (a poisoned venv must not reach the measurement).
         return [python, "-I", "-S", "-B", str(root)], root
-    return [python, "-m", "charpin_runner"], None
+    # The package imported from where it is (an agent started by hand, the test suite): still
+    # isolated, so no working folder, PYTHONPATH or .pth file can stand in for it.
+    start = (
+        f"import sys; sys.path.insert(0, {str(root)!r}); import runpy; "
+        "runpy.run_module('charpin_runner', run_name='__main__', alter_sys=True)"
+    )
+    return [python, "-I", "-S", "-B", "-c", start], None
 
 
 def receipt_argv(
@@ -119,7 +125,9 @@ def run(
     with layout.stdout.open("wb") as out, layout.stderr.open("wb") as err:
         proc = subprocess.Popen(
             argv,
-            cwd=str(layout.src),
+            # The run folder, never the checkout: nothing of it may be the runner's working
+            # folder (rule 1; the runner is told --repo and starts the tests there itself).
+            cwd=str(layout.run),
             env=env,
             stdin=subprocess.PIPE,
             stdout=out,
