@@ -6,7 +6,6 @@ its base), never from the dirty working tree: pass `rev` and pyproject.toml is r
 
 from __future__ import annotations
 
-import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import msgspec
 from charpin_runner.config import CharpinConfig
 from charpin_runner.errors import ConfigError, UsageError
 
+from charpin_coordinator.gitcmd import git_run
 from charpin_coordinator.schema import strict_struct
 
 TABLE_PATH = "$.tool.charpin"
@@ -66,16 +66,12 @@ def _read_pyproject(repo: Path, rev: str | None) -> tuple[str, str | None]:
             return str(path), None
         return str(path), path.read_text(encoding="utf-8")
     source = f"{rev}:pyproject.toml"
-    check = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-        capture_output=True,
-        check=False,
-    )
+    check = git_run(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     if check.returncode != 0:
         raise UsageError(f"{rev!r} is not a commit in {repo}; pass an existing --commit")
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "show", source], capture_output=True, check=False
-    )
+    # The blob's own bytes (cat-file), through the one git helper (no replace refs, rule 4).
+    commit = check.stdout.decode("ascii", "replace").strip()
+    proc = git_run(repo, "cat-file", "blob", f"{commit}:pyproject.toml")
     if proc.returncode != 0:
         return source, None
     return source, proc.stdout.decode("utf-8")

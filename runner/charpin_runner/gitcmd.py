@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,13 +62,22 @@ HARDENING = (
     "core.fileMode=true",
     "core.ignoreCase=false",
     "core.useReplaceRefs=false",
+    # What git reads instead of the objects themselves: a planted commit-graph or multi-pack
+    # index maps an object id to other bytes (git does not re-hash what it reads).
+    "core.commitGraph=false",
+    "core.multiPackIndex=false",
     "core.quotepath=false",
     "index.sparse=false",
     "feature.manyFiles=false",
     "diff.external=",
     "submodule.recurse=false",
-    # gpg.program would run through log's signature check.
+    # gpg.program would run through log's signature check, or a signed commit-tree.
     "log.showSignature=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "core.sshCommand=",
+    "core.pager=cat",
+    "core.editor=false",
 )
 # The user's own variables that say where their config lives and how far discovery may walk.
 _USER_KEEPS = (
@@ -132,7 +142,8 @@ def environment(kind: Environment = SEALED) -> dict[str, str]:
     settings of kind (see the module docstring)."""
     keep = _ALWAYS_KEPT + (_USER_KEEPS if kind == USER else ())
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in keep}
-    env.update(GIT_NO_REPLACE_OBJECTS="1", GIT_OPTIONAL_LOCKS="0")
+    # Rule 4: objects only, never the repository's opinion of them (replace refs, grafts).
+    env.update(GIT_NO_REPLACE_OBJECTS="1", GIT_GRAFT_FILE=os.devnull, GIT_OPTIONAL_LOCKS="0")
     if kind == SEALED:
         env.update(
             GIT_CONFIG_NOSYSTEM="1",
@@ -146,12 +157,22 @@ def environment(kind: Environment = SEALED) -> dict[str, str]:
     return env
 
 
+def program(name: str = "git") -> str:
+    """The absolute path of a program on PATH, found only through PATH entries that are
+    absolute: a relative entry (`.`, `bin`, an empty one) would resolve inside whatever folder
+    charpin happens to run in, which may be the checkout under test."""
+    path = os.pathsep.join(
+        p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(p)
+    )
+    return shutil.which(name, path=path) or name
+
+
 def _spawn(
     args: Sequence[str], env: dict[str, str], input: Optional[bytes], timeout: float
 ) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(
-            ["git", "--no-pager", *args],
+            [program(), "--no-pager", *args],
             capture_output=True,
             env=env,
             input=input,

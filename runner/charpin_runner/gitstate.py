@@ -27,20 +27,43 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from charpin_runner import gitcmd
+from charpin_runner import gitcmd, gitfindings, gitwatch
 from charpin_runner.errors import RunError, UsageError
-from charpin_runner.fixtures import hash_many, printable
+from charpin_runner.fixtures import printable
+from charpin_runner.gitfindings import run_findings, setup_notes, written_paths
+from charpin_runner.gitrules import (
+    content_keys,
+    flatten_ignore,
+    parse_porcelain,
+    read_rules,
+    untracked_attributes,
+)
+from charpin_runner.gitrules import (
+    text as path_text,
+)
 
+__all__ = [
+    "MEASURE_SECONDS",
+    "UNRESOLVED",
+    "GitState",
+    "find_toplevel",
+    "flatten_ignore",
+    "parse_porcelain",
+    "read_state",
+    "run_findings",
+    "setup_notes",
+    "unreadable",
+    "written_paths",
+]
 # Our own output folder is never part of the state we measure.
 _OWN_PREFIX = ".charpin/"
 UNRESOLVED = "unresolved"
@@ -48,39 +71,8 @@ UNRESOLVED = "unresolved"
 MEASURE_SECONDS = 900.0
 # Dirty submodule work trees are not entered: their own config is out of our reach.
 _NO_SUBMODULES = "--ignore-submodules=dirty"
-# An ignore file larger than this is refused rather than read into memory.
-_MAX_RULES = 8 << 20
-# Files in the git directory that steer what git sees or runs: (where, name); "common" files
-# are shared by linked worktrees, "own" ones belong to this worktree's git directory.
-_CONTROL_FILES = (
-    ("common", "config"),
-    ("own", "config.worktree"),
-    ("common", "info/exclude"),
-    ("common", "info/attributes"),
-    ("own", "info/sparse-checkout"),
-    ("common", "objects/info/alternates"),
-)
-# Repository config that changes which files or contents git looks at, or runs code while it
-# looks. Boolean keys count only when true; the others whenever they are set.
-_RISKY_BOOL = frozenset(
-    (
-        "core.bare",
-        "core.sparsecheckout",
-        "core.sparsecheckoutcone",
-        "core.ignorestat",
-    )
-)
-_RISKY_SET = frozenset(
-    (
-        "core.worktree",
-        "core.hookspath",
-        "core.excludesfile",
-        "core.attributesfile",
-        "diff.external",
-        "include.path",
-    )
-)
-_FALSE = ("false", "no", "off", "0", "")
+
+
 
 
 @dataclass(frozen=True)
@@ -106,6 +98,8 @@ class GitState:
     controls: dict[str, str] = field(default_factory=dict)
     # Oddities found while measuring (one sentence each).
     findings: list[str] = field(default_factory=list)
+    # Every file under the git directory: label -> stat key (gitwatch.py).
+    gitdir: dict[str, str] = field(default_factory=dict, repr=False)
     # The ignore rules in force, as one top-level excludes file; reused after the run.
     excludes: bytes = field(default=b"", repr=False)
     # HEAD's tree as an index (read-tree, no stat data); reused after the run while HEAD holds.
@@ -163,108 +157,6 @@ def unreadable() -> GitState:
     return GitState(head=UNRESOLVED, tree=UNRESOLVED, dirty=[], digest=UNRESOLVED, contents={})
 
 
-def written_paths(before: GitState, after: GitState) -> list[str]:
-    """Paths whose content or git status differs between two states, and paths the run
-    flagged skip-worktree or assume-unchanged in the index (a way to hide an edit)."""
-    keys = set(before.contents) | set(after.contents)
-    changed = {k for k in keys if before.contents.get(k) != after.contents.get(k)}
-    return sorted(changed | (set(after.flagged) - set(before.flagged)))
-
-
-def setup_notes(before: GitState) -> list[str]:
-    """Risky git setup already present before the run (husky's hooksPath, git-lfs filters, a
-    sparse checkout): the user's, not the run's doing, and measured around, so informational."""
-    out: list[str] = []
-    if before.risky:
-        out.append(
-            "note: the repository's git config sets "
-            + _few(before.risky)
-            + ": settings that change which files git looks at or run code; charpin measured "
-            "without them"
-        )
-    return out + [f"note: before the run, {f}" for f in before.findings]
-
-
-def run_findings(before: GitState, after: GitState) -> list[str]:
-    """What the run changed in the repository's git setup, one sentence per problem: `.git/`
-    config, control files, index flags, the git directory itself. Each one means the run
-    cannot be taken as clean (see setup_notes for what was there before)."""
-    out = [f"after the run, {f}" for f in after.findings if f not in before.findings]
-    if after.git_dir and before.git_dir and after.git_dir != before.git_dir:
-        out.append("the run moved the repository's git directory (.git was replaced)")
-    keys = _changed_keys(before.config, after.config)
-    if keys:
-        out.append(f"the run changed the repository's git config: {_few(keys)}")
-    controls = sorted(
-        label
-        for label in set(before.controls) | set(after.controls)
-        if before.controls.get(label, "absent") != after.controls.get(label, "absent")
-    )
-    if controls:
-        out.append(f"the run changed {_few(controls)}")
-    flagged = sorted(set(after.flagged) - set(before.flagged))
-    if flagged:
-        out.append(f"the run set skip-worktree or assume-unchanged on {_few(flagged)}")
-    return out
-
-
-def parse_porcelain(raw: bytes) -> list[tuple[str, str]]:
-    """Parse `git status --porcelain=v2 -z` into (XY or '?', path); a rename yields both paths."""
-    out: list[tuple[str, str]] = []
-    records = raw.split(b"\0")
-    index = 0
-    while index < len(records):
-        record = records[index]
-        index += 1
-        if not record or record.startswith((b"#", b"!")):
-            continue
-        kind = record[:1]
-        if kind == b"?":
-            out.append(("?", os.fsdecode(record[2:])))
-        elif kind == b"1":
-            fields = record.split(b" ", 8)
-            out.append((fields[1].decode("ascii"), os.fsdecode(fields[8])))
-        elif kind == b"2":
-            fields = record.split(b" ", 9)
-            code = fields[1].decode("ascii")
-            out.append((code, os.fsdecode(fields[9])))
-            # The original path of a rename or copy follows as its own NUL-terminated record.
-            out.append((code, os.fsdecode(records[index])))
-            index += 1
-        elif kind == b"u":
-            fields = record.split(b" ", 10)
-            out.append((fields[1].decode("ascii"), os.fsdecode(fields[10])))
-    return out
-
-
-def flatten_ignore(directory: str, text: bytes) -> list[bytes]:
-    """The patterns of `directory/.gitignore` rewritten to mean the same at the top level.
-
-    A pattern without an inner slash matches at any depth below its folder (`D/**/p`); one with
-    a slash is anchored to it (`D/p`). Written after the files of parent folders, these keep
-    git's precedence: the deepest file's last matching pattern wins.
-    """
-    if text.startswith(b"\xef\xbb\xbf"):
-        text = text[3:]
-    prefix = _glob_escape(os.fsencode(directory)) + b"/" if directory else b""
-    out: list[bytes] = []
-    for line in text.split(b"\n"):
-        if not line.strip() or line.startswith(b"#"):
-            continue
-        if not prefix:
-            out.append(line)
-            continue
-        negate = line.startswith(b"!")
-        body = line[1:] if negate else line
-        core = body.rstrip(b" \r")
-        core = core[:-1] if core.endswith(b"/") else core
-        anchored = b"/" in core
-        if body.startswith(b"/"):
-            body = body[1:]
-        out.append((b"!" if negate else b"") + prefix + (b"" if anchored else b"**/") + body)
-    return out
-
-
 _EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
 
 
@@ -287,6 +179,7 @@ class _Measure:
         config = self._config()
         global_path = self._global_excludes()
         controls = self._controls(global_path)
+        gitdir = gitwatch.snapshot([self.git_dir, self.common], self._label)
         findings: list[str] = []
         same = before is not None and (before.head, before.tree) == (head, tree)
         index = self._fill_index(tree, before.index if before and same else b"")
@@ -295,18 +188,18 @@ class _Measure:
         if before is not None:
             excludes = before.excludes
         else:
-            global_rules = _read_rules(global_path, follow=True) if global_path else None
-            info_exclude = _read_rules(str(self.common / "info" / "exclude"), follow=True)
+            global_rules = read_rules(global_path, follow=True) if global_path else None
+            info_exclude = read_rules(str(self.common / "info" / "exclude"), follow=True)
             base = (global_rules or b"") + b"\n" + (info_exclude or b"") + b"\n"
             excludes = self._excludes(base, tracked, findings)
         for path in self._untracked(excludes):
             status.setdefault(path, "?")
-        for path in _untracked_attributes(self.repo, tracked):
+        for path in untracked_attributes(self.repo, tracked):
             status.setdefault(path, "?")
         # Escaped first, then sorted: the receipt's path sets are sorted and free of repeats.
-        named = sorted((_text(p), p) for p in status if not p.startswith(_OWN_PREFIX))
+        named = sorted((path_text(p), p) for p in status if not p.startswith(_OWN_PREFIX))
         paths = [path for _, path in named]
-        digests = dict(zip(paths, _content_keys(self.repo, paths)))
+        digests = dict(zip(paths, content_keys(self.repo, paths)))
         untracked = [(p, digests[p]) for p in paths if status[p] == "?"]
         return GitState(
             head=head,
@@ -315,10 +208,11 @@ class _Measure:
             digest=self._digest(untracked) if paths else _EMPTY_DIGEST,
             contents={text: f"{status[p]}:{digests[p]}" for text, p in named},
             flagged=self._flagged(findings),
-            risky=_risky(config),
+            risky=gitfindings.risky(config),
             config=config,
             controls=controls,
             findings=findings,
+            gitdir=gitdir,
             excludes=excludes,
             index=index,
             git_dir=str(self.git_dir),
@@ -380,7 +274,7 @@ class _Measure:
         places = {"common": self.common, "own": self.git_dir}
         files = {
             self._label(places[where] / name): places[where] / name
-            for where, name in _CONTROL_FILES
+            for where, name in gitfindings.CONTROL_FILES
         }
         hooks = self.common / "hooks"
         if hooks.is_dir() and not hooks.is_symlink():
@@ -391,7 +285,7 @@ class _Measure:
         if global_path:
             files["the global excludes file (core.excludesFile)"] = Path(global_path)
         labels = sorted(files)
-        keys = _content_keys(self.repo, [str(files[label]) for label in labels])
+        keys = content_keys(self.repo, [str(files[label]) for label in labels])
         return dict(zip(labels, keys))
 
     def _label(self, path: Path) -> str:
@@ -442,7 +336,7 @@ class _Measure:
         for record in out.split(b"\0"):
             tag, _, path = record.partition(b" ")
             if path and (tag == b"S" or tag.islower()):
-                flagged.append(_text(os.fsdecode(path)))
+                flagged.append(path_text(os.fsdecode(path)))
         return sorted(flagged)
 
     # --- the work tree, through the private git directory --------------------------------
@@ -531,11 +425,11 @@ class _Measure:
         lines = [base]
         for path in sorted(found, key=lambda p: (p.count("/"), p)):
             folder = path[: -len(".gitignore")].rstrip("/")
-            text = _read_rules(str(self.repo / path), follow=False)
+            text = read_rules(str(self.repo / path), follow=False)
             if text is None:
                 continue
             if "\n" in folder or "\r" in folder:
-                findings.append(f"the rules of {_text(path)} were not applied (odd name)")
+                findings.append(f"the rules of {path_text(path)} were not applied (odd name)")
                 continue
             lines.extend(flatten_ignore(folder, text))
         lines.append(b"/.charpin/")
@@ -590,132 +484,9 @@ def _git_dir(result: subprocess.CompletedProcess[bytes]) -> str | None:
     return os.path.realpath(os.fsdecode(text))
 
 
-def _untracked_attributes(repo: Path, tracked: Iterable[str]) -> list[str]:
-    """Untracked `.gitattributes` files in folders that hold tracked files, ignored or not:
-    their rules change how tracked files compare with HEAD, so they are part of the state."""
-    tracked_set = set(tracked)
-    folders = {""}
-    for path in tracked_set:
-        parts = path.split("/")[:-1]
-        for depth in range(1, len(parts) + 1):
-            folders.add("/".join(parts[:depth]))
-    found = []
-    for folder in folders:
-        path = f"{folder}/.gitattributes" if folder else ".gitattributes"
-        if path not in tracked_set and os.path.lexists(repo / path):
-            found.append(path)
-    return found
-
-
-def _read_rules(path: str, follow: bool) -> bytes | None:
-    """Bytes of a regular file (git does not follow in-tree `.gitignore` symlinks), or None."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks = []
-        size = 0
-        while size <= _MAX_RULES:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if size > _MAX_RULES:
-        raise RunError(
-            f"the ignore file {printable(path)} is larger than {_MAX_RULES >> 20} MiB; "
-            "shorten it or remove it"
-        )
-    return b"".join(chunks)
-
-
-def _risky(config: Iterable[str]) -> list[str]:
-    found = set()
-    for entry in config:
-        key, _, value = entry.partition("\0")
-        name = key.lower()
-        section, _, rest = name.partition(".")
-        variable = rest.rsplit(".", 1)[-1]
-        if name in _RISKY_BOOL:
-            if value.strip().lower() not in _FALSE:
-                found.add(key)
-        elif name == "core.fsmonitor":
-            if value.strip().lower() not in _FALSE:
-                found.add(key)
-        elif name in _RISKY_SET or (section == "includeif" and variable == "path"):
-            found.add(key)
-        elif section == "filter" and rest.count(".") >= 1:
-            found.add(key)
-        elif section == "diff" and variable in ("textconv", "command"):
-            found.add(key)
-    return sorted(found)
-
-
-def _changed_keys(before: Sequence[str], after: Sequence[str]) -> list[str]:
-    def by_key(entries: Sequence[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for entry in entries:
-            key, _, value = entry.partition("\0")
-            out.setdefault(key, []).append(value)
-        return out
-
-    old, new = by_key(before), by_key(after)
-    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-
-
-def _content_keys(repo: Path, paths: Sequence[str]) -> list[str]:
-    """A key per path: sha256 of a file, `link:` + target of a symlink, or `absent`."""
-    fulls = [os.path.join(str(repo), p) for p in paths]
-    hashed = hash_many(fulls)
-    keys: list[str] = []
-    for full, value in zip(fulls, hashed):
-        if value is not None:
-            keys.append(value)
-        elif os.path.islink(full):
-            keys.append("link:" + hashlib.sha256(os.fsencode(os.readlink(full))).hexdigest())
-        else:
-            keys.append("absent" if not os.path.lexists(full) else "other")
-    return keys
-
-
-def _glob_escape(text: bytes) -> bytes:
-    out = bytearray()
-    for index, byte in enumerate(text):
-        char = bytes((byte,))
-        if char in (b"\\", b"*", b"?", b"[") or (index == 0 and char in (b"!", b"#")):
-            out += b"\\"
-        out += char
-    return bytes(out)
-
-
-def _few(items: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
 def _last_line(stderr: bytes) -> str:
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
     return lines[-1] if lines else "no message"
-
-
-# A backslash that would read as the start of an escape: before another backslash, `xHH` or
-# an undecodable byte (a surrogate escape, which printable spells `\xNN`).
-_AMBIGUOUS_BACKSLASH = re.compile("\\\\(?=\\\\|x[0-9a-fA-F]{2}|[\udc80-\udcff])")
-
-
-def _text(path: str) -> str:
-    """fixtures.printable (an undecodable byte as `\\xNN`), made to name exactly one path: a
-    backslash that would read as an escape is doubled, so a name spelt `a\\xff` and one ending
-    in byte 0xff differ. Every other name is spelt as printable spells it."""
-    return printable(_AMBIGUOUS_BACKSLASH.sub(lambda _: "\\\\", path))
 
 
 def _left(deadline: float) -> float:

@@ -332,7 +332,7 @@ def _facts(
 def _charpin_table(repo: Path, commit: str) -> Any:
     """[tool.charpin] of commit as data; a file that no longer parses counts as a change."""
     try:
-        data = tomllib.loads(git_bytes(repo, "show", f"{commit}:pyproject.toml").decode())
+        data = tomllib.loads(git_bytes(repo, "cat-file", "blob", f"{commit}:pyproject.toml").decode())
     except (OSError, ValueError, UnicodeDecodeError, ConfigError) as exc:
         return f"unreadable: {exc}"
     except Exception as exc:  # git failing (the file deleted) is a change too
