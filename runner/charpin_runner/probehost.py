@@ -174,6 +174,22 @@ def environment(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def interpreter_of(program: str, repo: Path, env_path: str) -> str:
+    """The Python interpreter program runs on: program itself, or the one its shebang names
+    (a console script such as `coverage`); the sandbox makes that interpreter visible."""
+    found = program if os.sep in program else shutil.which(program, path=env_path)
+    if found is not None and not os.path.isabs(found):
+        found = str(repo / found)
+    if found is None or not os.path.isfile(found):
+        return program
+    try:
+        with open(found, "rb") as handle:
+            head = handle.read(_SHEBANG_BYTES)
+    except OSError:
+        return found
+    return _interpreter(head, env_path) or found
+
+
 def _dash_m_pytest(argv: list[str]) -> Optional[int]:
     """Where `-m pytest` is in argv (an interpreter's, or `coverage run`'s), or None."""
     for i in range(1, len(argv) - 1):

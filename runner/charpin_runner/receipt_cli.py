@@ -17,7 +17,7 @@ from typing import Any
 
 import charpin_runner
 from charpin_runner import config as config_mod
-from charpin_runner import gitstate, sandbox, seal
+from charpin_runner import gitstate, interpreters, probehost, sandbox, seal
 from charpin_runner.errors import ConfigError, UsageError
 from charpin_runner.procgroup import become_subreaper, stop_on_signals
 from charpin_runner.receipt import OUTCOMES, Receipt, dumps, write_atomic
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     repo = gitstate.find_toplevel(Path(args.repo or os.getcwd()))
     request = replace(_request(args, repo), kill_adopted=become_subreaper())
     output = _output_path(args.output, repo, request.run_id)
-    request = replace(request, sandbox=sandbox_plan(args, repo))
+    request = replace(request, sandbox=sandbox_plan(args, repo, request.config))
     warning = inside_repo_warning(output, repo)
     if warning:
         print(f"charpin: warning: {warning}", file=sys.stderr, flush=True)
@@ -163,19 +163,22 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
-    """What the tests may not write: the given paths, this interpreter's environment when it is
-    a venv (on `local`, the coordinator's own) and the runner's code. The receipt itself needs
-    no read-only folder: a planted one lacks the seal."""
+def sandbox_plan(
+    args: argparse.Namespace, repo: Path, config: config_mod.CharpinConfig
+) -> sandbox.Plan:
+    """What the tests may not write: the given paths, every interpreter environment the run
+    uses (rule 3: this runner's, the test command's, the pins', each venv inside the checkout)
+    and the runner's code. The receipt itself needs no read-only folder: a planted one lacks
+    the seal."""
     disposable = [os.path.abspath(p) for p in args.disposable]
     protect = [os.path.abspath(p) for p in args.protect] + disposable
-    # The interpreter's venv, also when this parent runs with -S (no site: sys.prefix is then
-    # the base installation's).
-    venv = _venv_of(sys.executable)
-    if venv is not None:
-        protect.append(venv)
-    elif sys.prefix != sys.base_prefix:
-        protect.append(sys.prefix)
+    for python in _interpreters(repo, config):
+        protect += interpreters.watch_roots(python)
+    # A venv inside the checkout (`.venv/` made by hand on `local`): read-only under bwrap and
+    # watched without it; never removed (it is the user's).
+    protect += [
+        p for p in sandbox.protected_inside([str(repo)]) if os.path.basename(p) != ".git"
+    ]
     code = Path(charpin_runner.__file__).resolve().parent
     protect.append(str(code.parent if code.parent.is_file() else code))
     # A runner folder shipped by charpin-remote (it has __main__.py) runs from byte code
@@ -194,10 +197,17 @@ def sandbox_plan(args: argparse.Namespace, repo: Path) -> sandbox.Plan:
     )
 
 
-def _venv_of(python: str) -> str | None:
-    """The venv python belongs to (its pyvenv.cfg), or None; symlinks are not followed."""
-    folder = os.path.dirname(os.path.dirname(os.path.abspath(python)))
-    return folder if os.path.isfile(os.path.join(folder, "pyvenv.cfg")) else None
+def _interpreters(repo: Path, config: config_mod.CharpinConfig) -> list[str]:
+    """The Pythons a run starts: this runner's (the default test and pins interpreter), the
+    test command's (or the one its console script names) and the pins' own."""
+    path = os.environ.get("PATH", os.defpath)
+    found = [sys.executable]
+    if config.test_command:
+        found.append(probehost.interpreter_of(config.test_command[0], repo, path))
+    if config.pins.python:
+        chosen = config.pins.python
+        found.append(str(repo / chosen) if "/" in chosen and not os.path.isabs(chosen) else chosen)
+    return list(dict.fromkeys(found))
 
 
 def inside_repo_warning(output: Path, repo: Path) -> str | None:

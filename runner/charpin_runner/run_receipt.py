@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
@@ -268,11 +269,15 @@ def _replay_pins(request: Request, guard: sandbox_mod.Guard, skip: bool) -> tupl
     if skip or not request.replay_pins:
         return none, []
 
+    pins_python = request.config.pins.python or sys.executable
+
     def wrap(argv: list[str], folder: str) -> list[str]:
-        # Pin targets are the code under test too: in the tests' sandbox, the protected paths
-        # read-only and every process they start gone with the namespace. Confined (verify),
-        # the folder holding the pins' copies stays writable.
-        return sandbox_mod.wrap(guard, argv, folder if guard.plan.confine else None)
+        # Pin targets are the code under test too: in the tests' sandbox view, and every
+        # process they start gone with the namespace. The folder holding the pins' copies is
+        # writable; each pin sets its own HOME and TMPDIR in it.
+        return sandbox_mod.wrap(
+            guard, argv, folder, pythons=(pins_python,), private_home=False
+        )
 
     try:
         pins = replay_for_receipt(

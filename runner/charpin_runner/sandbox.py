@@ -21,9 +21,12 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import charpin_runner
+from charpin_runner import sandview
 from charpin_runner.errors import RunError, UsageError
 
 MODES = ("auto", "required", "off")
@@ -55,8 +58,11 @@ class Plan:
     # caches while `local` runs beside it).
     read_only: tuple[str, ...] = ()
     # Hidden under bwrap (an empty folder, or /dev/null for a file): secrets of this machine
-    # the tests must not even read (the coordinator's reuse key).
+    # the tests must not even read (the coordinator's reuse key), should a visible path hold one.
     hidden: tuple[str, ...] = ()
+    # Read-only under bwrap and nothing more: what the run needs to see that is neither
+    # protected nor an interpreter's (e.g. the folder a prepared run's venv reads from).
+    visible: tuple[str, ...] = ()
 
 
 @dataclass
@@ -120,49 +126,116 @@ def _watched(plan: Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def wrap(
-    guard: Guard, argv: list[str], scratch: str | None = None, visible: tuple[Path, ...] = ()
+    guard: Guard,
+    argv: list[str],
+    scratch: str | None = None,
+    visible: tuple[Path, ...] = (),
+    pythons: tuple[str, ...] = (),
+    private_home: bool = True,
 ) -> list[str]:
-    """argv run under bwrap with the plan's paths read-only, or argv itself. scratch: a folder
-    the test command must be able to write (the probe's record) even when confined."""
+    """argv run under bwrap in the plan's allow-list view (sandview.py), or argv itself.
+
+    scratch: a folder this command may write (its HOME and TMPDIR are made inside it unless
+    private_home is False: pins bring their own); visible: more read-only paths (the probe
+    root); pythons: interpreters the command runs, made visible with their whole environment."""
     if not guard.used:
         return argv
     bwrap = shutil.which("bwrap") or "bwrap"
     plan = guard.plan
-    # --cap-drop ALL: a test run as root must not keep CAP_SYS_ADMIN and remount a read-only
-    # path writable inside the namespace.
-    common = ["--proc", "/proc", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL"]
-    if plan.confine:
-        # Everything read-only (the host's /tmp too: the interpreter or the checkout may live
-        # there), but the checkout and a private temporary folder and HOME inside scratch.
-        shm = "/dev/shm"  # noqa: S108 - a fresh tmpfs inside the namespace (multiprocessing)
-        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", shm, *common]
-        args.append("--unshare-net")
-        writable = list(plan.writable)
-        if scratch:
+    writable = list(plan.writable)
+    home = tmp = None
+    if scratch:
+        writable.append(scratch)
+        if private_home:
             home, tmp = os.path.join(scratch, "home"), os.path.join(scratch, "tmp")
             os.makedirs(home, exist_ok=True)
             os.makedirs(tmp, exist_ok=True)
-            args += ["--setenv", "HOME", home, "--setenv", "TMPDIR", tmp]
-            writable.append(scratch)
-    else:
-        args = [bwrap, "--dev-bind", "/", "/", *common]
-        for path in _existing(plan.protect + plan.containers + plan.read_only):
-            args += ["--ro-bind", path, path]
-        writable = list(plan.writable)
-    # Later mounts win: what must stay writable is bound again over a read-only parent.
-    for path in _existing(tuple(writable)):
-        args += ["--bind", path, path]
-    # A read-only path inside a writable one (the repository's `.charpin/`: run folders that
-    # `run --against` and the history read back) is bound again, after it.
-    for path in _existing(plan.read_only):
-        if _inside(path, tuple(writable)):
-            args += ["--ro-bind", path, path]
-    for path in _existing(plan.hidden):
-        if os.path.isdir(path) and not os.path.islink(path):
-            args += ["--tmpfs", path]
-        else:
-            args += ["--ro-bind", os.devnull, path]
-    return [*args, "--", *argv]
+    runner = Path(charpin_runner.__file__).resolve().parent
+    shown = [*plan.protect, *plan.visible, *(str(p) for p in visible), str(runner.parent)]
+    shown += _git_dirs_outside(writable)
+    again = [p for p in plan.read_only if _inside(p, tuple(writable))]
+    # Rule 3 and 4: inside the checkout, its git directory and any interpreter environment
+    # stay read-only (a test must not plant a ref, a hook or a .pth file there).
+    again += protected_inside(writable)
+    args = sandview.arguments(
+        visible=shown,
+        writable=writable,
+        read_only_inside=again,
+        hidden=plan.hidden,
+        home=home,
+        tmp=tmp,
+        network=not plan.confine,
+        pythons=(sys.executable, *pythons),
+    )
+    return [bwrap, *args, "--", *argv]
+
+
+def for_pins(
+    repo: Path, python: str, mode: str = "auto"
+) -> Callable[[list[str], str], list[str]] | None:
+    """How `charpin pins` run by hand wraps each pin's supervisor: in the allow-list view with
+    the repository and the pins' own folder writable (a pin that writes the repository is
+    still caught by repoguard, as without a sandbox), or None when bubblewrap is off or not
+    usable here (RunError for `required`)."""
+    guard = begin(Plan(mode=check_mode(mode), writable=(str(repo),)))
+    if not guard.used:
+        return None
+
+    def wrapped(argv: list[str], folder: str) -> list[str]:
+        return wrap(guard, argv, folder, pythons=(python,), private_home=False)
+
+    return wrapped
+
+
+def _git_dirs_outside(writable: list[str]) -> list[str]:
+    """Object stores a checkout reads from outside itself: a linked worktree's git directory
+    (`.git` is a file) and the folders its alternates name (a clone --shared from a cache)."""
+    found: list[str] = []
+    for top in writable:
+        dot = os.path.join(top, ".git")
+        git_dir = dot
+        if os.path.isfile(dot):
+            try:
+                with open(dot, encoding="utf-8") as handle:
+                    line = handle.readline().strip()
+            except OSError:
+                continue
+            if line.startswith("gitdir:"):
+                git_dir = os.path.normpath(os.path.join(top, line[len("gitdir:") :].strip()))
+                found.append(git_dir)
+                common = os.path.join(git_dir, "commondir")
+                if os.path.isfile(common):
+                    with open(common, encoding="utf-8") as handle:
+                        found.append(os.path.normpath(os.path.join(git_dir, handle.read().strip())))
+        for store in (git_dir, *found):
+            alternates = os.path.join(store, "objects", "info", "alternates")
+            try:
+                with open(alternates, encoding="utf-8") as handle:
+                    lines = handle.read().splitlines()
+            except OSError:
+                continue
+            objects = os.path.join(store, "objects")
+            found += [os.path.normpath(os.path.join(objects, ln)) for ln in lines if ln.strip()]
+    return found
+
+
+def protected_inside(writable: list[str]) -> list[str]:
+    """In each writable tree: its `.git`, and every folder holding a pyvenv.cfg (a venv), at
+    the top or one level down (`.venv/`, `venv/`, `env/`)."""
+    found: list[str] = []
+    for top in writable:
+        dot = os.path.join(top, ".git")
+        if os.path.lexists(dot):
+            found.append(dot)
+        try:
+            names = sorted(os.listdir(top))
+        except OSError:
+            continue
+        for name in names:
+            folder = os.path.join(top, name)
+            if os.path.isfile(os.path.join(folder, "pyvenv.cfg")) and not os.path.islink(folder):
+                found.append(folder)
+    return found
 
 
 def finish(guard: Guard) -> list[str]:
@@ -182,11 +255,41 @@ def finish(guard: Guard) -> list[str]:
             _discard(root)
             fate = "it was removed, so the next run rebuilds it"
         else:
-            fate = "check it before trusting anything run from it again"
+            fate = _restore(guard.before, after, root)
         reasons.append(
             f"the test command wrote into {root}, which later runs read ({what}); {fate}"
         )
     return reasons
+
+
+def _restore(
+    before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]], root: str
+) -> str:
+    """Put back what can be put back in an environment that is not charpin's to rebuild (a
+    user's venv, the interpreter's site folder): files the run added are removed, so a planted
+    .pth or sitecustomize.py cannot run in the next process; what it changed is named."""
+    old, new = before_of(before, root), before_of(after, root)
+    added = sorted(p for p in new if p not in old)
+    changed = sorted(p for p in old if p in new and old[p] != new[p] and len(new[p]) > 2)
+    removed = []
+    for path in reversed(added):  # children before their folders
+        if os.path.islink(path) or not os.path.isdir(path):
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+        else:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+    parts = []
+    if removed:
+        parts.append(f"the {len(removed)} file(s) it added were removed")
+    if changed:
+        parts.append(f"{changed[0]} was changed: check it before trusting anything run from it")
+    return "; ".join(parts) or "check it before trusting anything run from it again"
 
 
 def _inside(path: str, folders: tuple[str, ...]) -> bool:

@@ -65,9 +65,13 @@ def run_tests(
             path = env.get("PATH", os.defpath)
             testcommand.check_startable(argv[0], request.repo, env)
             command = probehost.rewrite(argv, request.repo, path)
+            python = probehost.interpreter_of(command.argv[0], request.repo, path)
+            wrapped = sandbox_mod.wrap(
+                guard, command.argv, scratch=scratch, visible=(command.root,), pythons=(python,)
+            )
             began = time.monotonic()
             ending = run_child(
-                sandbox_mod.wrap(guard, command.argv, scratch=scratch, visible=(command.root,)),
+                wrapped,
                 request.repo,
                 probehost.environment(env),
                 request.timeout if timeout is None else timeout,

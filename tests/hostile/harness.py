@@ -42,6 +42,19 @@ def run(
     return code, json.loads((folder / "drift.json").read_text()), folder
 
 
+# An attacking test reports what it managed on stdout, which reaches the run folder as the box's
+# stdout.log: under the sandbox's allow-list view no file outside its checkout is there to
+# write. These settings keep pytest from capturing it.
+SAY_TOML = '[tool.charpin]\npytest_args = ["-s"]\n'
+
+
+def said(folder: Path, box: str) -> str:
+    """Everything the attacking tests printed as `ATTEMPT ...` on that box, one line each."""
+    text = (folder / box / "stdout.log").read_text(errors="replace")
+    # pytest -s prints a test's output right after the file's name, on the same line.
+    return "\n".join(ln.split("ATTEMPT ", 1)[1] for ln in text.splitlines() if "ATTEMPT " in ln)
+
+
 def not_evaluated(report: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {n["label"]: n for n in report["not_evaluated"]}
 

@@ -37,7 +37,8 @@ def test_a_filter_planted_in_git_config_never_runs_and_the_edit_is_seen(
         {APP: "print('hello')\n", "tests/test_attack.py": HEADER + "def test_attack():\n" + body},
         boxes,
     )
-    code, report, _ = run(repo, hosts, ssh_config=ssh_config)
+    # Without bubblewrap, where .git is writable (under bwrap it is read-only to the tests).
+    code, report, _ = run(repo, hosts, "--sandbox", "off", ssh_config=ssh_config)
     time.sleep(1.5)  # longer than the trap's daemon takes
     assert not ran.exists(), "charpin's own git ran the planted filter"
     assert not (tmp_path / "filter-daemon").exists()
@@ -75,10 +76,9 @@ def test_a_local_test_cannot_rewrite_earlier_run_folders(tmp_path: Path) -> None
     """`run --against` and the history read earlier run folders back from the repository's
     `.charpin/`: under bubblewrap a test on `local` cannot rewrite them (the rest of the
     repository stays writable)."""
-    from tests.hostile.harness import require_bwrap
+    from tests.hostile.harness import SAY_TOML, require_bwrap, said
 
     require_bwrap()
-    attempt = tmp_path / "attempt"
     body = (
         "    import pathlib\n"
         "    for target in (pathlib.Path('.charpin/runs/r0/local/receipt.json'),\n"
@@ -86,12 +86,14 @@ def test_a_local_test_cannot_rewrite_earlier_run_folders(tmp_path: Path) -> None
         "        try:\n"
         "            target.parent.mkdir(parents=True, exist_ok=True)\n"
         "            target.write_text('forged')\n"
-        f"            open({str(attempt)!r}, 'a').write('wrote ' + str(target) + '\\n')\n"
+        "            print('ATTEMPT wrote ' + str(target), flush=True)\n"
         "        except OSError:\n"
-        f"            open({str(attempt)!r}, 'a').write('refused ' + str(target) + '\\n')\n"
+        "            print('ATTEMPT refused ' + str(target), flush=True)\n"
     )
-    repo = repo_with(tmp_path / "repo", {"tests/test_forge.py": "def test_forge():\n" + body})
-    run(repo, "local")
-    lines = attempt.read_text().splitlines()
+    repo = repo_with(
+        tmp_path / "repo", {"tests/test_forge.py": "def test_forge():\n" + body}, toml=SAY_TOML
+    )
+    _, _, folder = run(repo, "local")
+    lines = said(folder, "local").splitlines()
     assert "refused .charpin/runs/r0/local/receipt.json" in lines, lines
     assert "wrote scratch.txt" in lines, lines

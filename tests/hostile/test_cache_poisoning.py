@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import git
-from tests.hostile.harness import host_for, repo_with, require_bwrap, run
+from tests.hostile.harness import SAY_TOML, host_for, repo_with, require_bwrap, run, said
 
 # The box's fresh venv gets this interpreter's pytest through a .pth file: no network needed.
 _OUTER = (
@@ -19,6 +19,7 @@ _OUTER = (
     f".write({site.getsitepackages()[0]!r})"
 )
 SETUP = f'[tool.charpin]\nsetup = [{json.dumps(f"python -c {chr(34)}{_OUTER}{chr(34)}")}]\n'
+SAID = 'pytest_args = ["-s"]\n'
 
 POISONER = '''
 import site, sys
@@ -29,9 +30,9 @@ def test_poisons_the_environment():
     evil = Path(site.getsitepackages()[0]) / "zz_evil.pth"
     try:
         evil.write_text("import os; open({marker!r}, 'a').write('ran\\\\n')\\n")
-        Path({attempt!r}).write_text("written " + str(evil))
+        print("ATTEMPT written " + str(evil), flush=True)
     except OSError as exc:
-        Path({attempt!r}).write_text("refused " + str(exc))
+        print("ATTEMPT refused " + str(exc), flush=True)
 '''
 
 
@@ -39,12 +40,12 @@ def _poison_then_fail(
     kind: str, sandbox: str, sshd_factory: Any, tmp_path: Path
 ) -> tuple[dict[str, Any], dict[str, Any], str, int, Path]:
     hosts, boxes, ssh_config = host_for(kind, sshd_factory, tmp_path)
-    marker, attempt = tmp_path / "pth-ran", tmp_path / "attempt"
+    marker = tmp_path / "pth-ran"
     repo = repo_with(
         tmp_path / "repo",
-        {"tests/test_poison.py": POISONER.format(marker=str(marker), attempt=str(attempt))},
+        {"tests/test_poison.py": POISONER.format(marker=str(marker))},
         boxes,
-        toml=SETUP if kind != "local" else "",
+        toml=SETUP + SAID if kind != "local" else SAY_TOML,
     )
     _, first, folder = run(repo, hosts, "--sandbox", sandbox, ssh_config=ssh_config, run_id="r1")
     receipt = json.loads((folder / hosts / "receipt.json").read_text())
@@ -58,7 +59,7 @@ def _poison_then_fail(
     assert not marker.exists(), "the planted .pth ran in the next run"
     assert code & 1, second
     assert not second["not_evaluated"], second
-    return receipt, first, attempt.read_text(), code, folder
+    return receipt, first, said(folder, hosts), code, folder
 
 
 @pytest.mark.parametrize("kind", ["clean", "ssh"])

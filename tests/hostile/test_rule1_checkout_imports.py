@@ -108,7 +108,7 @@ def test_a_dist_info_in_the_checkout_is_never_autoloaded_as_a_plugin(
         },
         boxes,
     )
-    code, report, folder = run(repo, hosts, ssh_config=ssh_config)
+    code, report, _ = run(repo, hosts, ssh_config=ssh_config)
     _caught(code, report, marker)
 
 

@@ -61,7 +61,8 @@ def test_a_replace_ref_planted_by_a_local_test_changes_no_later_run(
         {**SUITE, "tests/test_plant.py": PLANT.format(forged=FORGED, what=what)},
         toml=HONEST,
     )
-    code, first, folder = run(repo, "local", run_id="plant")
+    # Without bubblewrap, where a test can write .git (under it .git is read-only).
+    _, _, folder = run(repo, "local", "--sandbox", "off", run_id="plant")
     receipt = json.loads((folder / "local" / "receipt.json").read_text())
     reasons = " ".join(receipt["exit"]["reasons"])
     assert "the run changed the repository's git directory: .git/refs/replace/" in reasons
@@ -96,7 +97,7 @@ def test_any_change_under_git_during_a_run_is_a_finding(path: str, tmp_path: Pat
         "        handle.write('planted\\n')\n"
     )
     repo = repo_with(tmp_path / "repo", {"tests/test_write.py": body})
-    _, report, folder = run(repo, "local")
+    _, _, folder = run(repo, "local", "--sandbox", "off")
     receipt = json.loads((folder / "local" / "receipt.json").read_text())
     assert receipt["exit"]["interpretation"] == "incomplete", receipt["exit"]
     assert any(f".git/{path}" in reason for reason in receipt["exit"]["reasons"]), receipt["exit"]
@@ -113,6 +114,6 @@ def test_an_ordinary_run_that_only_reads_git_has_no_git_finding(tmp_path: Path) 
         "        subprocess.run(['git', *args], check=True, capture_output=True)\n"
     )
     repo = repo_with(tmp_path / "repo", {"tests/test_reads.py": body})
-    code, report, folder = run(repo, "local")
+    _, _, folder = run(repo, "local")
     receipt = json.loads((folder / "local" / "receipt.json").read_text())
     assert receipt["exit"]["interpretation"] == "ok", receipt["exit"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from charpin_runner import config as charpin_config
-from charpin_runner import owndir
+from charpin_runner import owndir, sandbox
 from charpin_runner.config import PinsConfig
 from charpin_runner.errors import (
     EXIT_CLEAN,
@@ -68,6 +68,14 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--repo", default=".", help="repository root (default: .)")
         p.add_argument("--jobs", type=int, default=None, help="parallel pins (default: CPUs)")
         p.add_argument("--config-json", default=None, help="resolved [tool.charpin] as JSON")
+        p.add_argument(
+            "--sandbox",
+            default="auto",
+            choices=sandbox.MODES,
+            help="run each pin target under bubblewrap in the allow-list view (the code under "
+            "test sees no home folder, keys or other repositories): auto (when bwrap works "
+            "here; the default), required, off",
+        )
 
     rec = pins_sub.add_parser("record", help="run the current program as the oracle, write pins")
     common(rec)
@@ -189,6 +197,7 @@ def _check(args: argparse.Namespace) -> int:
     actual_root = _actual_root(repo, config)
     notes: list[str] = []
     with reaping(), Session(repo, config) as session:
+        session.wrap = sandbox.for_pins(repo, session.python, args.sandbox)
         outcomes = replay(session, pins, jobs_for(config, args.jobs), notes=notes)
     crashes = _crashes(repo, outcomes, pythonpath_rels(repo, session.pythonpath))
     for note in notes:
@@ -463,6 +472,7 @@ def _record(args: argparse.Namespace) -> int:
         _say_recorded(pin, recorded, config.diff_lines)
 
     with reaping(), Session(repo, config) as session:
+        session.wrap = sandbox.for_pins(repo, session.python, args.sandbox)
         batch = record_pins(session, wanted, jobs_for(config, args.jobs), say)
     if batch.unexplained:
         print(f"warning: {unexplained_note(batch.unexplained)}", file=sys.stderr)
@@ -527,6 +537,7 @@ def _cover(args: argparse.Namespace) -> int:
     if not args.pins_only:
         entries += _inventoried_files(repo)
     with reaping(), Session(repo, config) as session:
+        session.wrap = sandbox.for_pins(repo, session.python, args.sandbox)
         report = cover(session, pin_set.all, jobs_for(config, args.jobs), sorted(set(entries)))
     if only:
         report = [entry for entry in report if entry.path in only]

@@ -125,7 +125,13 @@ def sweep_adopted() -> None:
 class Session:
     """A temp folder holding the bootstrap and every sandbox of one replay batch."""
 
-    def __init__(self, repo: Path, config: PinsConfig, python: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        repo: Path,
+        config: PinsConfig,
+        python: Optional[str] = None,
+        within: Optional[Path] = None,
+    ) -> None:
         self.repo = repo.resolve()
         self.config = config
         chosen = python or config.python or sys.executable
@@ -137,7 +143,7 @@ class Session:
         self.pythonpath = pythonpath_dirs(self.repo, config.pythonpath)
         self._scripts: Optional[dict[str, str]] = None
         self._scripts_lock = threading.Lock()
-        self.dir = Path(tempfile.mkdtemp(prefix="charpin-pins-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="charpin-pins-", dir=within))
         self.bootstrap = self.dir / "bootstrap.py"
         self.bootstrap.write_text(BOOTSTRAP, encoding="utf-8")
         self.base_path = os.environ.get("PATH", os.defpath)

@@ -106,7 +106,12 @@ def attribute(
     by_pin: dict[str, list[str]] = {}
     try:
         shutil.copytree(session.repo, scratch, symlinks=True, ignore=ignore)
-        with Session(scratch, session.config, python=session.python) as copy:
+        with Session(scratch, session.config, python=session.python, within=session.dir) as copy:
+            outer = session.wrap
+            if outer is not None:
+                # In the same sandbox as the pins themselves: the copy and its pins' folders
+                # all lie inside this session's folder, which the pins may write.
+                copy.wrap = lambda argv, _folder: outer(argv, str(session.dir))
             for case in cases:
                 start = snapshot(scratch)
                 # A target given an absolute path into the repository (an env value, say) writes
