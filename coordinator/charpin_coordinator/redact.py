@@ -15,8 +15,12 @@ Each value is masked as itself and in the forms a test's output commonly shows i
 and urlsafe base64 (a dumped header or credential file), JSON string escapes, Python's repr and
 unicode-escape (how pytest writes parametrize ids), percent-encoding, and the escaped form
 every display shows (`render.shown`: \\xNN for controls, \\uNNNN for direction marks).
-Limits: an encoding that starts in the middle of a larger encoded blob, a fragment of a value,
-or any other transformation is not recognised.
+Also masked: the value reversed or spaced out (a blank or tab between characters), and the
+characters of a base64 or base32 blob that encode the value wherever it sits in the blob (HTTP
+Basic auth is base64("user:" + token)). A log cut at its cap is cut again at a line break before
+it is masked (`tail`), so a secret split by the cap leaves no readable half.
+Limits: any other transformation (another encoding, encryption, a value split over lines) is
+not recognised.
 """
 
 from __future__ import annotations
@@ -74,14 +78,44 @@ def _encode(text: str) -> bytes:
 
 def _forms(value: str) -> set[bytes]:
     forms: set[bytes] = set()
-    for spelling in _spellings(value):
+    for spelling in _spellings(value) | {value[::-1]}:
         forms.add(_encode(spelling))
     raw = _encode(value)
     forms |= {raw.hex().encode(), raw.hex().upper().encode()}
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms.add(encoded)
         forms.add(encoded.rstrip(b"="))  # unpadded, as in JWTs and URLs
+    # Inside a larger encoded blob (HTTP Basic auth is base64("user:" + token), a credentials
+    # file is base64 as a whole): the characters that depend on the secret's bytes alone, for
+    # every alignment the secret can have in the blob.
+    for encode, bits in _BLOB_ENCODINGS:
+        for offset in range(_alignments(bits)):
+            forms.add(_core(encode(b"\0" * offset + raw), offset, len(raw), bits))
     return {form for form in forms if len(form) >= MIN_SECRET_CHARS}
+
+
+_BLOB_ENCODINGS = (
+    (base64.b64encode, 6),
+    (base64.urlsafe_b64encode, 6),
+    (base64.b32encode, 5),
+    (lambda raw: base64.b32encode(raw).lower(), 5),
+)
+
+
+def _alignments(bits: int) -> int:
+    """How many byte offsets give distinct character alignments (3 for base64, 5 for base32)."""
+    return 3 if bits == 6 else 5
+
+
+def _core(encoded: bytes, offset: int, size: int, bits: int) -> bytes:
+    """The characters of encoded (of `offset` unknown bytes, then the secret's `size` bytes,
+    then anything) whose bits all come from the secret's bytes."""
+    chars = [
+        j
+        for j in range(len(encoded))
+        if (bits * j) // 8 >= offset and (bits * j + bits - 1) // 8 <= offset + size - 1
+    ]
+    return encoded[chars[0] : chars[-1] + 1] if chars else b""
 
 
 class Redactor:
@@ -97,9 +131,21 @@ class Redactor:
                 pairs.setdefault(form, f"[redacted:{name}]".encode())
         # Longest first, so a secret that contains another one is masked whole.
         self._pairs = sorted(pairs.items(), key=lambda item: (-len(item[0]), item[0]))
+        # Spaced out (`t o k e n`, `toke n`): a blank or tab allowed between any two bytes.
+        self._spaced = [
+            (re.compile(b"[ \t]?".join(re.escape(bytes([b])) for b in _encode(value))), mask)
+            for name, value in sorted(secrets.items())
+            if len(value) >= MIN_SECRET_CHARS
+            for mask in [f"[redacted:{name}]".encode()]
+        ]
         # One scan tells whether a short string holds any form: most strings of a report hold
         # none. (For big blobs, one substring search per form is faster than the alternation.)
-        self._any = re.compile(b"|".join(re.escape(form) for form, _ in self._pairs))
+        self._any = re.compile(
+            b"|".join(
+                [re.escape(form) for form, _ in self._pairs]
+                + [pattern.pattern for pattern, _ in self._spaced]
+            )
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Redactor:
@@ -116,7 +162,22 @@ class Redactor:
         for form, mask in self._pairs:
             if form in blob:
                 blob = blob.replace(form, mask)
+        for pattern, mask in self._spaced:
+            blob = pattern.sub(mask, blob)
         return blob
+
+    def tail(self, blob: bytes) -> bytes:
+        """The end of a longer stream, cut to a whole line before it is masked: a cap that fell
+        inside a secret must not leave its other half readable. Without a line break in it, a
+        start that is the end of a secret form is masked as such."""
+        cut = blob.find(b"\n")
+        if 0 <= cut < len(blob) - 1:
+            return self.data(blob[cut + 1 :])
+        for form, mask in self._pairs:
+            for size in range(len(form) - 1, 3, -1):
+                if blob.startswith(form[-size:]):
+                    return self.data(mask + blob[size:])
+        return self.data(blob)
 
     def text(self, text: str) -> str:
         """Return text with every secret form replaced."""

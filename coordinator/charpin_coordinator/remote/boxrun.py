@@ -304,8 +304,8 @@ class _Pipeline:
         reply, data = self._call("fetch", {}, timeout=self._step_seconds(floor=STEP_SECONDS))
         parts = _split(reply, data)
         redact = self.plan.redactor
-        self.out.stdout = redact.data(_log("stdout", parts))
-        self.out.stderr = redact.data(_log("stderr", parts))
+        self.out.stdout = _log("stdout", parts, redact)
+        self.out.stderr = _log("stderr", parts, redact)
         raw, problem = parts["receipt"][0], parts["receipt"][1]
         if problem is not None:
             raise BoxError(self.label, *self._no_receipt(ended, problem))
@@ -432,14 +432,18 @@ def _split(reply: Mapping[str, Any], data: bytes) -> dict[str, tuple[bytes, str 
     return parts
 
 
-def _log(name: str, parts: Mapping[str, tuple[bytes, str | None, bool]]) -> bytes:
+def _log(
+    name: str, parts: Mapping[str, tuple[bytes, str | None, bool]], redact: Redactor
+) -> bytes:
+    """A fetched log, masked; a capped one from its first whole line (rule 6: the cap must
+    never leave half of a secret unmasked)."""
     data, problem, truncated = parts[name]
     if problem is not None:
         return f"(charpin-remote: {name}.log not fetched: {problem})\n".encode()
     if truncated:
-        note = f"(charpin-remote: {name}.log is over {len(data)} bytes; its end:)\n"
-        return note.encode() + data
-    return data
+        note = f"(charpin-remote: {name}.log is over {len(data)} bytes; its end, from a line:)\n"
+        return note.encode() + redact.tail(data)
+    return redact.data(data)
 
 
 def _close(box: Transport) -> None:
