@@ -131,9 +131,16 @@ class Command:
     root: Path
 
 
-def rewrite(argv: list[str], repo: Path, env_path: str, parent: Optional[Path] = None) -> Command:
+def rewrite(
+    argv: list[str],
+    repo: Path,
+    env_path: str,
+    parent: Optional[Path] = None,
+    shown: Optional[list[str]] = None,
+) -> Command:
     """argv (the configured test command, with charpin's options appended) with pytest started
-    through the boot. ConfigError when argv starts pytest in no form charpin can protect."""
+    through the boot. ConfigError when argv starts pytest in no form charpin can protect;
+    shown: the command as configured, for that message."""
     script = _pytest_script(argv[0], repo, env_path) if argv else None
     if script is not None:
         interpreter, argv0 = script
@@ -142,7 +149,7 @@ def rewrite(argv: list[str], repo: Path, env_path: str, parent: Optional[Path] =
         at = _dash_m_pytest(argv)
         if at is None:
             raise ConfigError(
-                f"test_command {argv[:3]!r} does not start pytest as `PYTHON -m pytest` or as a "
+                f"test_command {shown or argv[:3]!r} does not start pytest as `PYTHON -m pytest` or as a "
                 "pytest script, so charpin cannot load its probe before the checkout's code; "
                 'use test_command = ["python", "-m", "pytest"] (pytest options go in '
                 "pytest_args)"

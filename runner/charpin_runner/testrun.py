@@ -13,6 +13,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from charpin_runner import probehost, testcommand
@@ -64,10 +65,17 @@ def run_tests(
             env = testcommand.environment()
             path = env.get("PATH", os.defpath)
             testcommand.check_startable(argv[0], request.repo, env)
-            command = probehost.rewrite(argv, request.repo, path)
+            configured = list(request.config.test_command or [])
+            command = probehost.rewrite(argv, request.repo, path, shown=configured)
             python = probehost.interpreter_of(command.argv[0], request.repo, path)
+            # PYTHONPATH's folders are part of what the tests import (read-only in the view).
+            given = [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
             wrapped = sandbox_mod.wrap(
-                guard, command.argv, scratch=scratch, visible=(command.root,), pythons=(python,)
+                guard,
+                command.argv,
+                scratch=scratch,
+                visible=(command.root, *(p for p in given if p.is_absolute())),
+                pythons=(python,),
             )
             began = time.monotonic()
             ending = run_child(
