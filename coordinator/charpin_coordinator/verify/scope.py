@@ -4,9 +4,12 @@ function by function from the AST of both commits."""
 from __future__ import annotations
 
 import ast
+import copy
+import posixpath
+import re
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from charpin_coordinator.verify import gitread
@@ -24,20 +27,35 @@ class Scope:
     unparsable: list[str]
 
 
-def scope(repo: Path, base: str, patched: str) -> Scope:
-    """Compare every changed .py file function by function (methods as Class.method); module-level
-    code is one unit, path:<module>."""
+def scope(
+    repo: Path, base: str, patched: str, exclude: Callable[[str], bool] = lambda _path: False
+) -> Scope:
+    """Compare every changed Python source function by function (methods as Class.method).
+    Python source is what Python would run: `*.py` files, scripts whose first line is a Python
+    shebang (`bin/report`), and links to either (a `conftest.py` that links to a `.txt` is read
+    as the text it links to). Module-level code is one unit, path:<module>, except statements
+    that bind names (`a = b = lambda ...`, `f, g = h, i`): each name they bind is a unit. A
+    function removed and one added with the same body under another name is a rename and not a
+    change. exclude: paths left out (the test side: verify judges production code)."""
     base, patched = gitread.commits(repo, base, patched)
-    changes = [c for c in gitread.changes(repo, base, patched) if c.old_py or c.new_py]
-    blobs = gitread.blobs(repo, [b for c in changes for b in (c.old_py, c.new_py) if b])
+    trees = (gitread.tree_files(repo, base), gitread.tree_files(repo, patched))
+    changes = [c for c in gitread.changes(repo, base, patched) if not any(map(exclude, c.paths))]
+    wanted = [_resolve(trees[0], c.old_path) for c in changes if c.old_path]
+    wanted += [_resolve(trees[1], c.new_path) for c in changes if c.new_path]
+    blobs = gitread.blobs(repo, [sha for sha in wanted if sha])
+    readers = (_Reader(repo, trees[0], blobs), _Reader(repo, trees[1], blobs))
     edited: set[str] = set()
     new: dict[str, str] = {}  # path:qualname -> the qualname of its class when that is new too
     refs: dict[str, set[str]] = {}  # simple name -> path:unit of the code that names it
+    gone_shapes: dict[str, str] = {}  # path:qualname removed -> its body without its name
+    new_shapes: dict[str, str] = {}
     unparsable: list[str] = []
     for change in changes:
+        sources = [readers[0].python(change.old_path), readers[1].python(change.new_path)]
+        if sources == [None, None]:
+            continue
         try:
-            old = _module(blobs.get(change.old_py))
-            now = _module(blobs.get(change.new_py))
+            old, now = _module(sources[0]), _module(sources[1])
         except (SyntaxError, ValueError, RecursionError):
             unparsable.append(change.path)
             continue
@@ -45,15 +63,95 @@ def scope(repo: Path, base: str, patched: str) -> Scope:
         edited |= {prefix + q for q in old.units if now.units.get(q) != old.units[q]}
         if _module_edited(old, now):
             edited.add(prefix + MODULE)
+        for qualname in old.units.keys() - now.units.keys():
+            if qualname in old.shapes:
+                gone_shapes[prefix + qualname] = old.shapes[qualname]
         for qualname in now.units.keys() - old.units.keys():
             parent = qualname.rpartition(".")[0]
             fresh = parent in now.units and parent not in old.units
             new[prefix + qualname] = prefix + parent if fresh else ""
+            if qualname in now.shapes:
+                new_shapes[prefix + qualname] = now.shapes[qualname]
         for name, owners in now.refs.items():
             refs.setdefault(name, set()).update(prefix + o for o in owners)
+    renamed = _renames(gone_shapes, new_shapes)
+    edited -= renamed
+    for unit in renamed:
+        new.pop(unit, None)
     helpers = _extracts(edited, new, refs)
     changed = edited | (new.keys() - helpers)
     return Scope(sorted(changed), sorted(helpers), sorted(unparsable))
+
+
+_LINKS_FOLLOWED = 8
+
+
+def _resolve(tree: dict[str, tuple[str, str]], path: str) -> str:
+    """The blob path holds in a tree (a link's own blob: the name it points at); "" for none."""
+    entry = tree.get(path)
+    if entry is None or entry[0] not in (*gitread.REGULAR, gitread.LINK):
+        return ""
+    return entry[1]
+
+
+class _Reader:
+    """Blobs of one commit's tree, read in one batch up front and on demand after."""
+
+    def __init__(self, repo: Path, tree: dict[str, tuple[str, str]], blobs: dict[str, bytes]):
+        self.repo, self.tree, self.blobs = repo, tree, blobs
+
+    def blob(self, sha: str) -> bytes | None:
+        if sha not in self.blobs:
+            self.blobs.update(gitread.blobs(self.repo, [sha]))
+        return self.blobs.get(sha)
+
+    def python(self, path: str) -> bytes | None:
+        """What Python would run from path: its source, or None when it is no Python source
+        (neither *.py nor a Python shebang script, a link out of the tree, or gone)."""
+        name = path
+        for _ in range(_LINKS_FOLLOWED):
+            sha = _resolve(self.tree, path) if path else ""
+            if not sha:
+                return None
+            data = self.blob(sha)
+            if data is None:
+                return None
+            if self.tree[path][0] == gitread.LINK:
+                where = posixpath.dirname(path)
+                target = posixpath.normpath(posixpath.join(where, data.decode("utf-8", "replace")))
+                if target.startswith(("../", "/")):
+                    return None
+                path = target
+                continue
+            if name.endswith(".py") or path.endswith(".py") or _python_shebang(data):
+                return data
+            return None
+        return None
+
+
+def _python_shebang(data: bytes) -> bool:
+    if not data.startswith(b"#!"):
+        return False
+    line = data[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    words = [w for w in line if not w.startswith("-") and "=" not in w]
+    if words and posixpath.basename(words[0]) == "env":
+        words = words[1:]
+    program = posixpath.basename(words[0]) if words else ""
+    return re.fullmatch(r"python(\d+(\.\d+)?)?", program) is not None
+
+
+def _renames(gone: dict[str, str], added: dict[str, str]) -> set[str]:
+    """Units removed and added with the same body under another name: both sides of a rename."""
+    by_shape: dict[str, list[str]] = {}
+    for unit, shape in added.items():
+        by_shape.setdefault(shape, []).append(unit)
+    out: set[str] = set()
+    for unit, shape in gone.items():
+        matches = by_shape.get(shape)
+        if matches:
+            out.add(unit)
+            out.add(matches.pop(0))
+    return out
 
 
 @dataclass(frozen=True)
@@ -64,6 +162,8 @@ class _Parsed:
     code: tuple[str, ...]  # module-level statements, less imports and the docstring
     imports: dict[str, frozenset[str]]  # bound name -> what binds it
     refs: dict[str, set[str]]  # simple name -> the units (or MODULE) whose code names it
+    # qualname -> a function's dump with its own name left out (to see a rename)
+    shapes: dict[str, str] = field(default_factory=dict)
 
 
 _ABSENT = _Parsed({}, (), {}, {})
@@ -85,11 +185,19 @@ def _module(source: bytes | None) -> _Parsed:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         if isinstance(body[0].value.value, str):
             body = body[1:]  # the module docstring is documentation, and new modules carry one
+    shapes: dict[str, str] = {}
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for name, source_ in _bindings(node):
                 imports.setdefault(name, set()).add(source_)
-        elif not _collect_unit(node, "", units, refs):
+        elif _collect_unit(node, "", units, refs, shapes):
+            continue
+        elif bound := _bound_names(node):
+            # One statement that binds several names changes each of them.
+            for name in bound:
+                units.setdefault(name, []).append(ast.dump(node))
+                _note_refs(node, name, refs)
+        else:
             code.append(ast.dump(node))
             _note_refs(node, MODULE, refs)
     return _Parsed(
@@ -97,17 +205,48 @@ def _module(source: bytes | None) -> _Parsed:
         tuple(code),
         {n: frozenset(s) for n, s in imports.items()},
         refs,
+        shapes,
     )
 
 
+def _bound_names(node: ast.stmt) -> list[str]:
+    """The names a module-level assignment binds (`a = b = ...`, `f, g = ...`), else []."""
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    else:
+        return []
+    names: list[str] = []
+    while targets:
+        target = targets.pop()
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            targets.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            targets.append(target.value)
+        else:
+            return []  # an attribute or item: module-level code, not a binding of its own
+    return sorted(set(names))
+
+
 def _collect_unit(
-    node: ast.stmt, prefix: str, units: dict[str, list[str]], refs: dict[str, set[str]]
+    node: ast.stmt,
+    prefix: str,
+    units: dict[str, list[str]],
+    refs: dict[str, set[str]],
+    shapes: dict[str, str] | None = None,
 ) -> bool:
     """Record a function or class at node as units; False when node is neither."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         qualname = prefix + node.name
         units.setdefault(qualname, []).append(ast.dump(node))
         _note_refs(node, qualname, refs)
+        if shapes is not None:
+            nameless = copy.copy(node)
+            nameless.name = ""
+            shapes[qualname] = ast.dump(nameless)
         return True
     if not isinstance(node, ast.ClassDef):
         return False
@@ -119,7 +258,7 @@ def _collect_unit(
     for part in (*node.bases, *node.keywords, *node.decorator_list):
         _note_refs(part, qualname, refs)
     for stmt in node.body:
-        if not _collect_unit(stmt, qualname + ".", units, refs):
+        if not _collect_unit(stmt, qualname + ".", units, refs, shapes):
             header.append(ast.dump(stmt))
             _note_refs(stmt, qualname, refs)
     units.setdefault(qualname, []).append("\n".join(header))
@@ -136,15 +275,13 @@ def _bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, str]]:
 
 
 def _note_refs(node: ast.AST, owner: str, refs: dict[str, set[str]]) -> None:
-    """Every name node's code uses, by simple name, attribute or string (getattr, __all__)."""
+    """Every name node's code uses, by simple name or attribute. A name only mentioned (in a
+    string, a comment) is no use: a function it names is no extract of that code."""
     for child in ast.walk(node):
         if isinstance(child, ast.Name):
             refs.setdefault(child.id, set()).add(owner)
         elif isinstance(child, ast.Attribute):
             refs.setdefault(child.attr, set()).add(owner)
-        elif isinstance(child, ast.Constant) and isinstance(child.value, str):
-            if child.value.isidentifier():
-                refs.setdefault(child.value, set()).add(owner)
 
 
 def _module_edited(old: _Parsed, new: _Parsed) -> bool:
@@ -161,6 +298,8 @@ def _extracts(edited: set[str], new: dict[str, str], refs: dict[str, set[str]]) 
     users: dict[str, set[str]] = {}
     for unit, parent in new.items():
         name = unit.rpartition(":")[2].rpartition(".")[2]
+        if name.startswith("pytest_"):
+            continue  # a hook is called by pytest, never an extract of the code that names it
         found = refs.get(name, set()) - {unit}
         users[unit] = found or ({parent} if parent else set())
     helpers: set[str] = set()

@@ -128,8 +128,14 @@ def test_methods_nested_classes_and_a_method_extract(tmp_path: Path) -> None:
     assert scope(repo, "HEAD~1", patched).changed == ["shop.py:Shop"]
 
 
-def test_module_level_code_is_one_unit_and_an_added_import_is_none(repo: Path) -> None:
+def test_module_level_code_is_a_unit_per_bound_name_and_an_added_import_is_none(
+    repo: Path,
+) -> None:
     text = edit(repo, "m.py", "RATE = 2\n", "RATE = 3\nSEEN = []\n")
+    patched = commit(repo, {"m.py": text})
+    # Each name a module-level statement binds is a unit of its own (#18 item 4).
+    assert scope(repo, "HEAD~1", patched) == Scope(["m.py:RATE", "m.py:SEEN"], [], [])
+    text = edit(repo, "m.py", "RATE = 3\nSEEN = []\n", "RATE = 3\nSEEN = []\nprint(RATE)\n")
     patched = commit(repo, {"m.py": text})
     assert scope(repo, "HEAD~1", patched) == Scope(["m.py:<module>"], [], [])
     text = edit(repo, "m.py", "import json\n", "import json\nimport re\n")
@@ -199,7 +205,7 @@ def test_a_deleted_file_counts_each_function_and_its_module_code(repo: Path) -> 
     patched = commit(repo, {"m.py": None})
     found = scope(repo, "HEAD~1", patched)
     assert found.changed == [
-        "m.py:<module>",
+        "m.py:RATE",
         "m.py:load",
         "m.py:main",
         "m.py:render",
