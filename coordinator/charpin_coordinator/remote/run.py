@@ -90,6 +90,8 @@ class Options:
     repeat: int = 1
     # `--include-frozen`: the ledger's frozen tests also run on the side, outside every gate.
     include_frozen: bool = False
+    # `verify`: pytest arguments after the configuration's own (the patch's own test files).
+    pytest_args_extra: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,10 +142,13 @@ def plan(options: Options) -> Planned:
     out_dir = (options.out_dir or repo / ".charpin" / "runs").absolute()
     if (out_dir / run_id).exists():
         raise UsageError(f"{out_dir / run_id} already exists; pick another --run-id")
+    table = dict(loaded.table)
+    if options.pytest_args_extra:
+        table["pytest_args"] = [*loaded.charpin.pytest_args, *options.pytest_args_extra]
     shared = RunPlan(
         run_id=run_id,
         snap=snap,
-        config_table=loaded.table,
+        config_table=table,
         setup=list(loaded.charpin.setup),
         prepare=list(loaded.charpin.prepare),
         timeout=options.timeout or loaded.charpin.timeout or DEFAULT_TIMEOUT,

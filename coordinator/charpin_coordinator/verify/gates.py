@@ -48,6 +48,7 @@ GATE_ACTIONS: dict[VerifyGateName, str] = {
     "Entry points": "review the new entry point or environment read; it widens what runs",
     "Dependencies": "review the dependency change on its own",
     "Scope": "split the patch: one function body (or an extract from it) per change",
+    "Harness awareness": "reject: production code must not look at the harness that judges it",
 }
 _RED = ("failed", "error")
 _COMPLETE = ("ok", "failed")
@@ -63,6 +64,8 @@ class PatchFacts:
     scope: list[str] = field(default_factory=list)  # changed functions, file:qualname
     helpers: list[str] = field(default_factory=list)
     max_changed: int = 1
+    # Harness-aware lines the patch adds to production code (verify/harness.py), as shown.
+    harness_aware: list[str] = field(default_factory=list)
 
 
 Judged = tuple[list[VerifyGate], list[Observation]]
@@ -99,15 +102,32 @@ def patch_gates(facts: PatchFacts) -> Judged:
         ]
     else:
         gates.append(_gate("Scope", WHOLE_PATCH, "PASS", f"{count} function(s) changed{extract}"))
+    if facts.harness_aware:
+        action = GATE_ACTIONS["Harness awareness"]
+        detail = f"production code added that looks at the harness: {_few(facts.harness_aware)}"
+        gates.append(_gate("Harness awareness", WHOLE_PATCH, "FAIL", detail))
+        seen += [
+            _seen("Harness awareness", WHOLE_PATCH, line.split(": ", 1)[0], line, action)
+            for line in facts.harness_aware
+        ]
+    else:
+        clean = "no added production line looks at pytest, charpin or the replay"
+        gates.append(_gate("Harness awareness", WHOLE_PATCH, "PASS", clean))
     return gates, seen
 
 
 def box_gates(
-    label: str, base: Receipt, patched: Receipt, run_gates: Sequence[tuple[str, str]] = ()
+    label: str,
+    base: Receipt,
+    patched: Receipt,
+    run_gates: Sequence[tuple[str, str]] = (),
+    own: Receipt | None = None,
 ) -> Judged:
-    """Base against patched on one box. run_gates: the drift gates (Clean tree, Fixture
-    integrity, ...) that failed on the patched run but not on the base run, with their detail:
-    what the patched tests did to the box counts against the patch."""
+    """Base against patched on one box. patched: the judged run (the patched code with the
+    base's test side); own: the run of the patch's own new or edited tests, when it has any.
+    run_gates: the drift gates (Clean tree, Fixture integrity, ...) that failed on the patched
+    run but not on the base run, with their detail: what the patched tests did to the box
+    counts against the patch."""
     health = _base_health(base)
     if health is not None:
         rest = "not judged: " + health
@@ -118,8 +138,8 @@ def box_gates(
     seen: list[Observation] = []
     for rule in (_behaviour, _tests, _quarantine):
         gate, found = rule(label, base, patched)
-        if rule is _tests and run_gates:
-            found += [
+        if rule is _tests:
+            extra = [
                 _seen(
                     "Tests",
                     label,
@@ -129,7 +149,10 @@ def box_gates(
                 )
                 for name, detail in run_gates
             ]
-            gate = _gate("Tests", label, "FAIL", _few([f"{o.item}: {o.what}" for o in found]))
+            extra += own_tests(label, own) if own is not None else []
+            if extra:
+                found += extra
+                gate = _gate("Tests", label, "FAIL", _few([f"{o.item}: {o.what}" for o in found]))
         gates.append(gate)
         seen += found
     return gates, seen
@@ -187,29 +210,64 @@ def _pin_drift(label: str, result: PinResult) -> Observation:
 
 
 def _tests(label: str, base: Receipt, patched: Receipt) -> tuple[VerifyGate, list[Observation]]:
+    """Strict outcomes (PASS_TO_PASS): every test that passed on base must pass on patched.
+    Skipped, xfailed, deselected, filtered, not collected or not executed: each is a failure,
+    named with what became of it (`passed → skipped`)."""
     seen: list[Observation] = []
     action = GATE_ACTIONS["Tests"]
     if patched.exit.interpretation not in _COMPLETE:
         what = f"the patched run is {patched.exit.interpretation}"
         seen.append(_seen("Tests", label, "<run>", what, "the evidence is incomplete: reject"))
-    gone = sorted(set(base.collection.collected) - set(patched.collection.collected))
+    for test in sorted(t for t, o in base.outcomes.items() if o == "passed"):
+        became = fate(patched, test)
+        if became != "passed":
+            sub = patched.subtests.get(test)
+            failing = f" (failing subtests: {', '.join(sub.failing)})" if sub and sub.failing else ""
+            seen.append(_seen("Tests", label, test, f"passed → {became}{failing}", action))
+    passed = {t for t, o in base.outcomes.items() if o == "passed"}
+    gone = sorted(set(base.collection.collected) - set(patched.collection.collected) - passed)
     seen += [_seen("Tests", label, t, "collected on base, gone on patched", action) for t in gone]
     for test in sorted(patched.outcomes):
         now, was = patched.outcomes[test], base.outcomes.get(test)
-        if now not in _RED:
-            continue
-        if was == "passed":
-            sub = patched.subtests.get(test)
-            failing = f" (failing subtests: {', '.join(sub.failing)})" if sub and sub.failing else ""
-            what = f"passed on base, {now} on patched{failing}"
-            seen.append(_seen("Tests", label, test, what, action))
-        elif was is None:
+        if now in _RED and was is None and test not in base.collection.collected:
             seen.append(_seen("Tests", label, test, f"new test, {now}", action))
     if seen:
         return _gate("Tests", label, "FAIL", _few([f"{o.item}: {o.what}" for o in seen])), seen
     added = len(set(patched.collection.collected) - set(base.collection.collected))
     more = f", {added} new" if added else ""
     return _gate("Tests", label, "PASS", f"{_passed(patched)} passed{more}; none lost"), []
+
+
+def fate(receipt: Receipt, test: str) -> str:
+    """What became of a test in a run: its outcome, or why it has none."""
+    outcome = receipt.outcomes.get(test)
+    if outcome is not None:
+        return outcome
+    col = receipt.collection
+    if any(d.nodeid == test for d in col.deselected):
+        return "deselected by the ledger"
+    if test in col.filtered:
+        return "deselected (-k, -m, --deselect)"
+    if test in col.dropped:
+        return "dropped by a collection hook"
+    if test in col.collected and test not in col.executed:
+        return "not executed"
+    return "not collected"
+
+
+def own_tests(label: str, own: Receipt) -> list[Observation]:
+    """The run of the patch's own new or edited tests: each that did not pass, and a run that
+    did not complete, is a Tests failure (the patch's own claims must hold)."""
+    action = GATE_ACTIONS["Tests"]
+    seen: list[Observation] = []
+    if own.exit.interpretation not in _COMPLETE:
+        what = f"the run of the patch's own tests is {own.exit.interpretation}"
+        seen.append(_seen("Tests", label, "<own tests>", what, action))
+    for test in sorted(own.outcomes):
+        outcome = own.outcomes[test]
+        if outcome in _RED:
+            seen.append(_seen("Tests", label, test, f"the patch's own test: {outcome}", action))
+    return seen
 
 
 def _quarantine(

@@ -40,12 +40,13 @@ from charpin_coordinator.gitcmd import git_bytes
 from charpin_coordinator.remote.boxrun import Phase
 from charpin_coordinator.remote.run import Options, RunResult, plan, run
 from charpin_coordinator.report import NotEvaluated
-from charpin_coordinator.verify import gates, patch, reuse, static
+from charpin_coordinator.verify import gates, judged, patch, reuse, static, testside
 from charpin_coordinator.verify.report import (
     VERIFY_REPORT_VERSION,
     WHOLE_PATCH,
     BoxVerdict,
     Observation,
+    TestSideSummary,
     VerifyGate,
     VerifyReport,
 )
@@ -88,6 +89,7 @@ class VerifyResult:
     folder: Path
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    own_run: RunResult | None = None  # the patch's own new or edited tests, when it has any
 
     @property
     def exit_code(self) -> int:
@@ -104,9 +106,13 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     repo = options.repo
     made = _patched(options)
     base_config = load_config(repo, rev=made.base)
-    protected_paths = protected(base_config.charpin)
-    runs = patch.restore_from_base(repo, made, protected_paths)
-    facts = _facts(repo, made, base_config.table, protected_paths, options.max_changed)
+    pins = base_config.charpin.pins.file
+    protected_paths = protected(base_config.charpin, judged.pin_inputs(repo, made.base, pins))
+    how = judged.judging(repo, made.base, made.patched, made.changed)
+    # The judged run: the patched code with the base's test side and protected paths.
+    runs = patch.restore_from_base(repo, made, [*protected_paths, *how.restore])
+    own_commit = patch.restore_from_base(repo, made, protected_paths) if how.own else ""
+    facts = _facts(repo, made, base_config.table, protected_paths, options.max_changed, how)
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():
@@ -142,7 +148,15 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         patched_run = _not_run(options.hosts, folder / "patched")
     else:
         patched_run = run(plan(patched_options), phase=phase)
-    report = judge(made, base_run, patched_run, facts, ran=runs)
+    own_run = None
+    if own_commit and not patched_run.interrupted:
+        # The patch's own new or edited tests, alone, in the patched tree as it is.
+        own_options = replace(
+            patched_options, commit=own_commit, run_id="own", pytest_args_extra=tuple(how.own)
+        )
+        own_run = run(plan(own_options), phase=phase)
+    report = judge(made, base_run, patched_run, facts, ran=runs, own=own_run, how=how)
+    report = msgspec.structs.replace(report, own_ran=own_commit)
     if reused is not None:
         report = msgspec.structs.replace(report, base_from=reused[0])
     write_atomic(folder / "patch.diff", made.patch)
@@ -155,14 +169,19 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         }
         reuse.store(repo, run_id, made.base, config_sha, accepted, notes=notes)
     interrupted = base_run.interrupted or patched_run.interrupted
-    return VerifyResult(report, made, base_run, patched_run, folder, interrupted, notes)
+    interrupted = interrupted or bool(own_run and own_run.interrupted)
+    return VerifyResult(
+        report, made, base_run, patched_run, folder, interrupted, notes, own_run=own_run
+    )
 
 
-def protected(config: CharpinConfig) -> list[str]:
-    """The paths that decide what is gated and how, as the base's [tool.charpin] names them."""
+def protected(config: CharpinConfig, pin_inputs: Sequence[str] = ()) -> list[str]:
+    """The paths that decide what is gated and how, as the base's [tool.charpin] names them,
+    and the folders the base's pins read as their input."""
     pins = config.pins
     paths = [pins.file, pins.cases, pins.goldens, config.ledger, config.inventory, ".charpin"]
-    return sorted(dict.fromkeys(p.strip("/") for p in [*paths, *config.watch] if p.strip("/")))
+    paths += [*config.watch, *pin_inputs]
+    return sorted(dict.fromkeys(p.strip("/") for p in paths if p.strip("/")))
 
 
 def touched(changed: Sequence[str], paths: Sequence[str]) -> list[str]:
@@ -177,28 +196,40 @@ def judge(
     facts: gates.PatchFacts,
     *,
     ran: str,
+    own: RunResult | None = None,
+    how: judged.Judging | None = None,
 ) -> VerifyReport:
-    """The verify report from both runs and the facts about the patch."""
+    """The verify report from the runs and the facts about the patch. own: the run of the
+    patch's own new or edited tests (a box missing from it is not evaluated)."""
     base = {o.label: o.receipt for o in base_run.outcomes if o.receipt is not None}
     after = {o.label: o.receipt for o in patched_run.outcomes if o.receipt is not None}
-    missing = _not_evaluated(base_run, patched_run)
+    mine = {o.label: o.receipt for o in (own.outcomes if own else []) if o.receipt is not None}
+    missing = _not_evaluated(base_run, patched_run, own)
     found, seen = gates.patch_gates(facts)
     boxes: list[BoxVerdict] = []
     for label in [o.label for o in patched_run.outcomes]:
         b, p = base.get(label), after.get(label)
-        if b is None or p is None:
+        if b is None or p is None or (own is not None and label not in mine):
             continue
-        box_found, box_seen = gates.box_gates(
-            label, b, p, _new_failures(label, base_run, patched_run)
-        )
+        failures = _new_failures(label, base_run, patched_run)
+        if own is not None:
+            # What the patch's own tests did to the box counts as well (a fixture they rewrite).
+            failures += [
+                (f"{gate} (the patch's own tests)", detail)
+                for gate, detail in _new_failures(label, base_run, own)
+            ]
+        box_found, box_seen = gates.box_gates(label, b, p, failures, own=mine.get(label))
         found += box_found
         seen += box_seen
+        ran_own = mine.get(label)
         boxes.append(
             BoxVerdict(
                 label=label,
                 verdict=gates.verdict([*box_found, *gates.patch_gates(facts)[0]], 1),
                 base=b.exit.interpretation,
                 patched=p.exit.interpretation,
+                sandbox=p.environment.sandbox,
+                own=ran_own.exit.interpretation if ran_own is not None else "",
             )
         )
     outcome = gates.verdict(found, len(boxes))
@@ -221,6 +252,24 @@ def judge(
         base_from="",
         exit_code=code,
         exit_bits=bits,
+        test_side=_summary(how) if how is not None else None,
+    )
+
+
+def _summary(how: judged.Judging) -> TestSideSummary:
+    side = how.side
+    harness = sorted(p for p in side.files if testside.is_harness_file(p))
+    if side.config_file and side.config_file not in harness:
+        harness.append(side.config_file)
+    return TestSideSummary(
+        roots=list(side.roots),
+        config_file=side.config_file,
+        harness=harness,
+        test_only=list(side.test_only),
+        files=len(side.files),
+        edited=how.edited,
+        deleted=how.deleted,
+        added=how.added,
     )
 
 
@@ -314,11 +363,14 @@ def _facts(
     base_table: dict[str, Any],
     paths: Sequence[str],
     max_changed: int,
+    how: judged.Judging,
 ) -> gates.PatchFacts:
     hits = touched(made.changed, paths)
     if "pyproject.toml" in made.changed and _charpin_table(repo, made.patched) != base_table:
         hits.append("pyproject.toml [tool.charpin]")
-    scope = static.scope(repo, made.base, made.patched)
+    hits += how.harness
+    # Scope is the production code: the patch's tests are judged by running them.
+    scope = static.scope(repo, made.base, made.patched, exclude=how.side.covers)
     return gates.PatchFacts(
         protected=hits,
         entry_points=static.entry_points(repo, made.base, made.patched),
@@ -326,6 +378,7 @@ def _facts(
         scope=[*scope.changed, *scope.unparsable],
         helpers=list(scope.helpers),
         max_changed=max_changed,
+        harness_aware=how.harness_aware,
     )
 
 
@@ -341,10 +394,15 @@ def _charpin_table(repo: Path, commit: str) -> Any:
     return tool.get("charpin", {}) if isinstance(tool, dict) else {}
 
 
-def _not_evaluated(base_run: RunResult, patched_run: RunResult) -> list[NotEvaluated]:
-    """A box missing from either run, once, with the run it is missing from."""
+def _not_evaluated(
+    base_run: RunResult, patched_run: RunResult, own: RunResult | None = None
+) -> list[NotEvaluated]:
+    """A box missing from any run, once, with the run it is missing from."""
     out: dict[str, NotEvaluated] = {}
-    for side, result in (("base", base_run), ("patched", patched_run)):
+    runs = [("base", base_run), ("patched", patched_run)]
+    if own is not None:
+        runs.append(("own tests", own))
+    for side, result in runs:
         for o in result.outcomes:
             ne = o.not_evaluated
             if ne is not None and ne.label not in out:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from charpin_coordinator.report import Base, DriftReport, GateStatus, NotEvaluated
 
-VERIFY_REPORT_VERSION = 1
+VERIFY_REPORT_VERSION = 2
 
 Verdict = Literal["ACCEPT", "REJECT", "INCOMPLETE"]
 VerifyGateName = Literal[
@@ -22,6 +22,7 @@ VerifyGateName = Literal[
     "Entry points",
     "Dependencies",
     "Scope",
+    "Harness awareness",
 ]
 VERIFY_GATES: tuple[VerifyGateName, ...] = (
     "Base health",
@@ -32,6 +33,7 @@ VERIFY_GATES: tuple[VerifyGateName, ...] = (
     "Entry points",
     "Dependencies",
     "Scope",
+    "Harness awareness",
 )
 # Gates judged from the two commits on this machine, once for every box.
 WHOLE_PATCH = "all boxes"
@@ -65,6 +67,23 @@ class BoxVerdict(Base):
     verdict: Verdict
     base: str  # the base run's interpretation (ok, failed, ...)
     patched: str
+    # The patched run's sandbox (`bwrap-confined`, `bwrap` or `none`): part of the verdict.
+    sandbox: str = ""
+    # The run of the patch's own new or edited tests ("" when the patch brings none).
+    own: str = ""
+
+
+class TestSideSummary(Base):
+    """What the patched code was judged with: the base's test side (verify/testside.py)."""
+
+    roots: list[str]
+    config_file: str
+    harness: list[str]  # the base's conftests and pytest configuration files
+    test_only: list[str]  # modules only the tests import
+    files: int
+    edited: list[str]  # base test-side files the patch edits (run as the base has them)
+    deleted: list[str]
+    added: list[str]  # test files the patch adds (run on their own, in the own-tests run)
 
 
 class VerifyReport(Base):
@@ -87,3 +106,6 @@ class VerifyReport(Base):
     base_from: str  # the earlier verify whose base receipts were reused (--reuse-base), or ""
     exit_code: int
     exit_bits: list[str]
+    test_side: TestSideSummary | None = None
+    # The commit the patch's own tests ran in (patched, protected paths as on base), or "".
+    own_ran: str = ""

@@ -12,10 +12,13 @@ never chooses its own judge). The test side of the base commit is, deny by defau
   data files too);
 * test files anywhere: names matching the base's `python_files` (default `test_*.py`,
   `*_test.py`);
-* modules only the tests import: a module of the repository that some test-side file imports
-  and no other file does (directly, or through other such modules).
+* modules only the tests import: a module of the repository outside the test roots that some
+  test-side file imports and no other file does (directly, or through other such modules), and
+  that is no program of its own (no `if __name__ == "__main__":`, no shebang, not `__main__.py`).
 
-Everything else is production code: the patch's change there is what is judged.
+Everything else is production code: the patch's change there is what is judged. A patch that
+edits a module only the tests import is told so as a finding (verify/judged.py): the judged run
+takes the base's, so that change would never be judged.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import ast
 import configparser
 import fnmatch
+import re
 import tomllib
 import warnings
 from collections.abc import Iterable
@@ -223,6 +227,14 @@ def _imports(path: str, source: bytes) -> set[str]:
     return found
 
 
+_MAIN_GUARD = re.compile(rb"^if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.M)
+
+
+def _program(source: bytes) -> bool:
+    """A module that is a program of its own: a shebang, or a `__main__` guard."""
+    return source.startswith(b"#!") or _MAIN_GUARD.search(source) is not None
+
+
 def _test_only(paths: list[str], blobs: dict[str, bytes], tests: set[str]) -> set[str]:
     """Repository modules imported by test-side files and by nothing else."""
     by_name: dict[str, str] = {}
@@ -243,8 +255,10 @@ def _test_only(paths: list[str], blobs: dict[str, bytes], tests: set[str]) -> se
         for target, users in importers.items():
             if target in tests or target in only or not users:
                 continue
-            if PurePosixPath(target).name == "__init__.py":
+            if PurePosixPath(target).name in ("__init__.py", "__main__.py"):
                 continue  # a package is production as long as anything lives in it
+            if _program(blobs.get(target, b"")):
+                continue  # a script the tests import is still a program users run
             if users <= tests | only:
                 only.add(target)
                 grew = True

@@ -136,17 +136,28 @@ def test_a_pin_rewritten_together_with_the_code_is_rejected(repo: Path) -> None:
     assert "Behaviour" in failing(report)
 
 
-def test_a_deleted_test_is_rejected(repo: Path) -> None:
+def test_a_deleted_test_is_shown_and_can_no_longer_hide_anything(repo: Path) -> None:
+    """#18 item 2: the patched code is judged with the base's tests, so a test the patch
+    deletes still runs (and must pass); the deletion is shown, and hides nothing."""
     rel = "tests/test_export.py"
     text = (repo / rel).read_text()
     start = text.index("def test_bad_amount_is_skipped_with_its_line_number")
     end = text.index("\ndef ", start + 1)
     _, report = verify(repo, agent_patch(repo, {rel: text[:start] + text[end + 1 :]}))
+    assert report["verdict"] == "ACCEPT", failing(report)
+    assert report["test_side"]["edited"] == [rel]
+    judged = json.loads(
+        (repo.parent / "verify" / "v0" / "patched" / "clean" / "receipt.json").read_text()
+    )
+    assert any(
+        t.endswith("::test_bad_amount_is_skipped_with_its_line_number") for t in judged["outcomes"]
+    )
+    # With the production code broken as well, the deleted test is what catches it.
+    broken = replaced(repo, CODE, "rounding=rounding)", "rounding=ROUND_DOWN)")
+    broken = broken.replace("from decimal import ", "from decimal import ROUND_DOWN, ", 1)
+    _, report = verify(repo, agent_patch(repo, {rel: text[:start] + text[end + 1 :], CODE: broken}))
     assert report["verdict"] == "REJECT"
-    assert failing(report) == {"Tests": ["clean"]}
-    [gone] = seen(report, "Tests")
-    assert gone["item"].endswith("::test_bad_amount_is_skipped_with_its_line_number")
-    assert gone["what"] == "collected on base, gone on patched"
+    assert "Tests" in failing(report)
 
 
 def test_a_ledger_entry_hiding_a_failing_test_changes_nothing(repo: Path) -> None:
@@ -168,7 +179,7 @@ def test_a_ledger_entry_hiding_a_failing_test_changes_nothing(repo: Path) -> Non
     # The base's ledger applied: the test still ran, and failed.
     items = {o["item"]: o["what"] for o in seen(report, "Tests")}
     quarter = "tests/test_export.py::test_quarter_total_matches_the_ledger"
-    assert items[quarter] == "passed on base, failed on patched"
+    assert items[quarter] == "passed → failed"
 
 
 def test_narrowing_watch_does_not_hide_a_test_that_rewrites_a_fixture(repo: Path) -> None:
@@ -186,26 +197,32 @@ def test_narrowing_watch_does_not_hide_a_test_that_rewrites_a_fixture(repo: Path
     assert any("Fixture integrity" in w and "tests/fixtures/rates.json" in w for w in whats), whats
 
 
-def test_five_changed_functions_exceed_the_scope(repo: Path) -> None:
+def test_four_changed_functions_exceed_the_scope(repo: Path) -> None:
     text = (repo / CODE).read_text()
     for name in ("load_rates", "gross", "export", "main"):
-        text = text.replace(f"def {name}(", f"def {name}(", 1)
         head = text.index(f"def {name}(")
         colon = text.index(":\n", head) + 2
         text = text[:colon] + f'    """{name}."""\n' + text[colon:]
+    _, report = verify(repo, agent_patch(repo, {CODE: text}))
+    assert report["verdict"] == "REJECT"
+    assert failing(report) == {"Scope": ["all boxes"]}
+    assert len(report["scope"]) == 4
+    _, report = verify(repo, agent_patch(repo, {CODE: text}), "--max-changed", "4")
+    assert report["verdict"] == "ACCEPT"
+
+
+def test_a_changed_conftest_is_a_harness_change_and_no_scope(repo: Path) -> None:
     conftest = (
         (repo / "tests/conftest.py")
         .read_text()
         .replace("def rates():\n", 'def rates():\n    """Rates."""\n', 1)
     )
-    _, report = verify(repo, agent_patch(repo, {CODE: text, "tests/conftest.py": conftest}))
+    _, report = verify(repo, agent_patch(repo, {"tests/conftest.py": conftest}))
     assert report["verdict"] == "REJECT"
-    assert failing(report) == {"Scope": ["all boxes"]}
-    assert len(report["scope"]) == 5
-    _, report = verify(
-        repo, agent_patch(repo, {CODE: text, "tests/conftest.py": conftest}), "--max-changed", "5"
-    )
-    assert report["verdict"] == "ACCEPT"
+    assert failing(report) == {"Protected paths": ["all boxes"]}
+    assert report["scope"] == []
+    [found] = seen(report, "Protected paths")
+    assert found["item"] == "tests/conftest.py (a conftest)"
 
 
 def test_a_patch_that_does_not_apply_is_one_line_and_exit_64(

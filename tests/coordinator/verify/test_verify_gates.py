@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
+import pytest
 from charpin_coordinator.verify import gates
 from charpin_coordinator.verify.report import WHOLE_PATCH
 from charpin_runner.receipt import Deselected, PinResult, Pins
@@ -82,8 +84,8 @@ def test_tests_gone_newly_failing_and_new_failing_fail_the_tests_gate() -> None:
     found, seen = gates.box_gates("clean", base, after)
     assert status(found, "Tests") == "FAIL"
     assert {o.item: o.what for o in seen} == {
-        IDS[0]: "collected on base, gone on patched",
-        IDS[1]: "passed on base, failed on patched",
+        IDS[0]: "passed → not collected",
+        IDS[1]: "passed → failed",
         new: "new test, error",
     }
 
@@ -123,6 +125,7 @@ def test_patch_gates_fail_on_protected_paths_entry_points_dependencies_and_scope
         "Entry points": "FAIL",
         "Dependencies": "FAIL",
         "Scope": "FAIL",
+        "Harness awareness": "PASS",
     }
     assert all(g.box == WHOLE_PATCH for g in found) and len(seen) == 5
     clean, _ = gates.patch_gates(gates.PatchFacts(scope=["a.py:f"], helpers=["a.py:_g"]))
@@ -145,4 +148,51 @@ def test_a_test_that_fails_by_its_subtests_names_them() -> None:
         subtests={IDS[0]: Subtests(passed=5, failed=1, skipped=0, failing=["(n=0)"])},
     )
     _, seen = gates.box_gates("clean", base, after)
-    assert [o.what for o in seen] == ["passed on base, failed on patched (failing subtests: (n=0))"]
+    assert [o.what for o in seen] == ["passed → failed (failing subtests: (n=0))"]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "shown"),
+    [("skipped", "passed → skipped"), ("xfailed", "passed → xfailed"), ("xpassed", "passed → xpassed")],
+)
+def test_a_base_pass_that_becomes_anything_but_a_pass_fails_the_tests_gate(
+    outcome: str, shown: str
+) -> None:
+    """#18 item 1, strict outcomes (PASS_TO_PASS): skipped, xfailed, xpassed all fail."""
+    base = make_receipt("clean")
+    after = change(base, outcomes={**base.outcomes, IDS[0]: outcome})
+    found, seen = gates.box_gates("clean", base, after)
+    assert {g.gate: g.status for g in found}["Tests"] == "FAIL"
+    assert [(o.item, o.what) for o in seen] == [(IDS[0], shown)]
+
+
+def test_a_base_pass_filtered_deselected_or_not_run_is_named_for_what_became_of_it() -> None:
+    base = make_receipt("clean")
+    outcomes = {k: v for k, v in base.outcomes.items() if k not in IDS[:3]}
+    col = base.collection
+    after = change(
+        base,
+        outcomes=outcomes,
+        collection=replace(
+            col,
+            filtered=[IDS[0]],
+            deselected=[Deselected(IDS[1], IDS[1])],
+            executed=[t for t in col.executed if t not in IDS[:3]],
+        ),
+    )
+    _, seen = gates.box_gates("clean", base, after)
+    assert {o.item: o.what for o in seen if o.gate == "Tests"} == {
+        IDS[0]: "passed → deselected (-k, -m, --deselect)",
+        IDS[1]: "passed → deselected by the ledger",
+        IDS[2]: "passed → not executed",
+    }
+
+
+def test_the_patchs_own_tests_that_fail_fail_the_tests_gate() -> None:
+    base = make_receipt("clean")
+    own = change(base, outcomes={"tests/test_new.py::test_new": "failed"})
+    found, seen = gates.box_gates("clean", base, base, own=own)
+    assert {g.gate: g.status for g in found}["Tests"] == "FAIL"
+    assert [(o.item, o.what) for o in seen] == [
+        ("tests/test_new.py::test_new", "the patch's own test: failed")
+    ]
