@@ -240,8 +240,13 @@ def test_an_evil_merge_is_judged_by_its_own_changes(
 
 @pytest.mark.parametrize(
     "args",
-    [["--range", "main"], ["--range", "-x..y"], ["--range", "nope..HEAD"], [],
-     ["--staged", "--pre-commit"]],  # fmt: skip
+    [
+        ["--range", "main"],
+        ["--range", "-x..y"],
+        ["--range", "nope..HEAD"],
+        [],
+        ["--staged", "--pre-commit"],
+    ],
 )
 def test_bad_invocations_are_usage_errors(
     repo: Path, capsys: pytest.CaptureFixture[str], args: list[str]

@@ -76,7 +76,10 @@ def _pre_commit(repo: Path, tmp_path: Path, *args: str) -> subprocess.CompletedP
 def test_the_manifest_is_valid_for_the_framework() -> None:
     assert PRE_COMMIT is not None
     done = subprocess.run(
-        [PRE_COMMIT, "validate-manifest", str(MANIFEST)], capture_output=True, text=True
+        [PRE_COMMIT, "validate-manifest", str(MANIFEST)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     hook = _hook()
