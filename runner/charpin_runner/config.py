@@ -131,7 +131,9 @@ class CharpinConfig:
         if self.test_command is not None and not self.test_command:
             raise ValueError("test_command must not be empty; leave it out for python -m pytest")
         if self.history is not None and not self.history.strip():
-            raise ValueError("history must be a file path; leave it out for .charpin/history.sqlite")
+            raise ValueError(
+                "history must be a file path; leave it out for .charpin/history.sqlite"
+            )
         for root in self.watch:
             if not root or root.startswith("/") or ".." in root.split("/"):
                 raise ValueError(

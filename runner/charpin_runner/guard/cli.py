@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from charpin_runner.colors import add_color_option, paint, wanted
 from charpin_runner.errors import EXIT_CLEAN, EXIT_DRIFT, UsageError
 from charpin_runner.guard import gitio
 from charpin_runner.guard.check import Verdict, check_range, check_staged
@@ -40,8 +41,16 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the verdicts as JSON on stdout, nothing else"
     )
+    add_color_option(parser)
     actions = parser.add_subparsers(dest="guard_action", metavar="[install]")
-    install = actions.add_parser("install", help="write .git/hooks/pre-commit (core.hooksPath)")
+    install = actions.add_parser(
+        "install",
+        exit_codes=(
+            "0 installed, 64 usage or configuration error, 130 interrupted (not a "
+            "repository, a foreign hook without --force)"
+        ),
+        help="write .git/hooks/pre-commit (core.hooksPath)",
+    )
     install.add_argument("--force", action="store_true", help="replace a foreign hook (keeps .bak)")
     install.set_defaults(handler=_install)
     parser.set_defaults(handler=_check)
@@ -65,8 +74,9 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(scope, verdicts), indent=2))
         return EXIT_DRIFT if refused else EXIT_CLEAN
+    color = wanted(args.color, sys.stderr)
     for verdict in refused:
-        print(render_refusal(verdict), file=sys.stderr)
+        print(render_refusal(verdict, color), file=sys.stderr)
     if refused:
         fixes = []
         if any(v.mixes for v in refused):
@@ -75,9 +85,11 @@ def _check(args: argparse.Namespace) -> int:
             fixes.append("keep protected paths regular files and folders, not symlinks")
         # "refused 1 of 3 commits in A..B", or for the index "refused the staged change".
         what = f"{len(refused)} of {scope}" if spec else scope
-        print(f"charpin guard: refused {what}; {' and '.join(fixes)}", file=sys.stderr)
+        said = paint(f"refused {what}", "red", color)
+        print(f"charpin guard: {said}; {' and '.join(fixes)}", file=sys.stderr)
         return EXIT_DRIFT
-    print(f"charpin guard: ok, {scope}: no pins changed together with production code")
+    ok = paint("ok", "green", wanted(args.color, sys.stdout))
+    print(f"charpin guard: {ok}, {scope}: no pins changed together with production code")
     return EXIT_CLEAN
 
 
@@ -125,14 +137,16 @@ def _index_being_committed() -> Optional[str]:
     return os.path.abspath(named) if named else None
 
 
-def render_refusal(verdict: Verdict) -> str:
+def render_refusal(verdict: Verdict, color: bool = False) -> str:
     """Why, then the lists, one path a line."""
     reasons = []
     if verdict.mixes:
         reasons.append("it changes pins and production code")
     if verdict.links:
         reasons.append("it adds or retargets a symlink at, in or to a protected path")
-    lines = [f"charpin guard: refused {verdict.label}: {'; '.join(reasons)}"]
+    lines = [
+        f"charpin guard: {paint('refused', 'red', color)} {verdict.label}: {'; '.join(reasons)}"
+    ]
     if verdict.mixes:
         lines.append("  protected (pins, cases, goldens, ledger, inventory, [tool.charpin]):")
         lines += [f"    {p}" for p in verdict.protected]
