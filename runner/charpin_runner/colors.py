@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import IO, Any, Optional
 
 CHOICES = ("auto", "always", "never")
-DEFAULT_WIDTH = 100  # a pipe with no COLUMNS: wide enough for the tables, narrow enough to read
+DEFAULT_WIDTH = 120  # not a terminal and no COLUMNS: the width the report always had
 
 _CODES = {"red": "31", "green": "32", "yellow": "33", "bold": "1"}
 
