@@ -13,6 +13,7 @@ import io
 import re
 import xml.etree.ElementTree as ET
 
+import pytest
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.remote.display import LiveProgress, PlainProgress
 from charpin_coordinator.remote.junit import to_junit
