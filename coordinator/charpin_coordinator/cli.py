@@ -18,6 +18,7 @@ _VERIFY = ("verify", "verify-bundle")
 _HISTORY = ("history",)
 _LEDGER = ("ledger",)  # history/ledger_cli.py: flake evidence from the history
 _COMPLETION = ("completion",)  # completion_cli.py: shell completion through shtab
+_PR_COMMENT = ("pr-comment",)  # prcomment_cli.py: the sticky pull-request comment
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -35,7 +36,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    everything = command not in (*_REMOTE, *_VERIFY, *_HISTORY, *_LEDGER, *_COMPLETION, "compare")
+    everything = command not in (
+        *_REMOTE,
+        *_VERIFY,
+        *_HISTORY,
+        *_LEDGER,
+        *_COMPLETION,
+        *_PR_COMMENT,
+        "compare",
+    )
     if everything or command == "compare":
         from charpin_coordinator import compare_cli
 
@@ -62,6 +71,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from charpin_coordinator import completion_cli
 
         completion_cli.add_parsers(sub)
+    if everything or command in _PR_COMMENT:
+        from charpin_coordinator import prcomment_cli
+
+        prcomment_cli.add_parsers(sub)
     return parser
 
 
