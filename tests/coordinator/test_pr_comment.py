@@ -68,7 +68,14 @@ class FakeGitHub:
                 else:
                     self._answer(404, {"message": "Not Found"})
 
-            do_GET = do_POST = do_PATCH = _handle
+            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+                self._handle()
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._handle()
+
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._handle()
 
         return Handler
 
