@@ -68,13 +68,13 @@ class FakeGitHub:
                 else:
                     self._answer(404, {"message": "Not Found"})
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+            def do_GET(self) -> None:
                 self._handle()
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._handle()
 
-            def do_PATCH(self) -> None:  # noqa: N802
+            def do_PATCH(self) -> None:
                 self._handle()
 
         return Handler
