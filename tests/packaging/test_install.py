@@ -109,7 +109,8 @@ def test_ssh_preflight_with_the_floors(installed: Path, tmp_path: Path) -> None:
         )  # fmt: skip
     finally:
         box.stop()
-    assert "Traceback" not in done.stderr, done.stderr
+    # A floor that warns on every start (paramiko 3.4.0 with a new cryptography) is not a floor.
+    assert "Traceback" not in done.stderr and "Warning" not in done.stderr, done.stderr
     [host] = json.loads(done.stdout)["hosts"]
     reach = host["checks"][0]
     assert (reach["name"], reach["ok"]) == ("reach", True), host

@@ -26,6 +26,7 @@ from charpin_runner.envinfo import looks_secret
 from charpin_runner.errors import ConfigError, UsageError
 
 from charpin_coordinator.remote import openssh
+from charpin_coordinator.remote.openssh import Options
 
 if TYPE_CHECKING:  # paramiko costs ~0.2 s to import: load it only when a name needs ssh_config
     from paramiko.config import SSHConfig
@@ -235,10 +236,18 @@ class _OpenSsh(_Reader):
             "ssh -G finds no Host or Match block for it beyond those for every host "
             "(Includes followed)"
         )
-        self._generic: dict[str, list[str]] | None = None
+        self._seen: dict[tuple[str, str | None, int | None], Options] = {}
+
+    def _ssh_g(self, name: str, user: str | None = None, port: int | None = None) -> Options:
+        key = (name, user, port)
+        if key not in self._seen:  # one `ssh -G` per name: names() and options() share it
+            self._seen[key] = openssh.resolve(
+                self.ssh, name, config=self.config, user=user, port=port
+            )
+        return self._seen[key]
 
     def options(self, name: str, user: str | None, port: int | None) -> dict[str, Any]:
-        got = openssh.resolve(self.ssh, name, config=self.config, user=user, port=port)
+        got = self._ssh_g(name, user, port)
         opts: dict[str, Any] = {k: v[0] for k, v in got.items()}
         opts["identityfile"] = list(openssh.identity_files(got, name=name))
         return opts
@@ -247,10 +256,7 @@ class _OpenSsh(_Reader):
         return tuple(opts.get("identityfile", []))
 
     def names(self, name: str) -> bool:
-        if self._generic is None:
-            self._generic = openssh.resolve(self.ssh, openssh.PROBE, config=self.config)
-        mine = openssh.resolve(self.ssh, name, config=self.config)
-        return openssh.is_named(name, mine, self._generic)
+        return openssh.is_named(name, self._ssh_g(name), self._ssh_g(openssh.PROBE))
 
 
 class _Paramiko(_Reader):
