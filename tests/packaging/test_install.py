@@ -33,12 +33,13 @@ def installed() -> Iterator[Path]:
         yield bin_dir
 
 
-def _env(home: Path) -> dict[str, str]:
+def _env(home: Path, bin_dir: Path) -> dict[str, str]:
+    """This environment without the checkout's Python settings, the venv first on PATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env.update(
         XDG_CACHE_HOME=str(home / "cache"),
         XDG_STATE_HOME=str(home / "state"),
-        PATH=f"{home.parent / 'venv' / 'bin'}:{env.get('PATH', '')}",
+        PATH=f"{bin_dir}:{env.get('PATH', '')}",
     )
     return env
 
@@ -65,7 +66,7 @@ def test_demo_runs_from_an_empty_folder(installed: Path, tmp_path: Path) -> None
         cwd=empty,
         capture_output=True,
         text=True,
-        env=_env(tmp_path),
+        env=_env(tmp_path, installed),
         timeout=300,
         check=False,
     )
@@ -82,7 +83,7 @@ def test_demo_runs_from_an_empty_folder(installed: Path, tmp_path: Path) -> None
         [str(installed / "charpin-remote"), "compare", "--color", "always", *map(str, receipts)],
         capture_output=True,
         text=True,
-        env={**_env(tmp_path), "COLUMNS": "100"},
+        env={**_env(tmp_path, installed), "COLUMNS": "100"},
         timeout=120,
         check=False,
     )
@@ -103,7 +104,7 @@ def test_ssh_preflight_with_the_floors(installed: Path, tmp_path: Path) -> None:
              "--ssh-config", str(box.ssh_config), "--json", "--repo", str(tmp_path)],
             capture_output=True,
             text=True,
-            env=_env(tmp_path),
+            env=_env(tmp_path, installed),
             timeout=120,
             check=False,
         )  # fmt: skip
