@@ -180,8 +180,9 @@ def _wait_banner(host: str, port: int, proc: subprocess.Popen[bytes]) -> bool:
 
 
 def ssh_config_quote(alias: str) -> str:
-    """Quote a Host pattern for ssh_config (paramiko splits Host values with shlex)."""
-    return shlex.quote(alias) if alias != shlex.quote(alias) else alias
+    """Quote a Host pattern for ssh_config: double quotes, the one quoting both OpenSSH and
+    paramiko (shlex) read."""
+    return f'"{alias}"' if alias != shlex.quote(alias) else alias
 
 
 def localtime_wrapper(zone: str) -> list[str]:

@@ -68,11 +68,15 @@ def _tokens(segment: str) -> list[str]:
         return segment.split()
 
 
+# `python -m charpin_coordinator ...` (the action runs it that way) is charpin-remote.
+_MODULES = {"charpin_coordinator": "charpin-remote", "charpin_runner": "charpin"}
+
+
 def _program(token: str) -> str | None:
     for name in _PROGRAMS:
         if token == name or token.endswith("/bin/" + name):
             return name
-    return None
+    return _MODULES.get(token)
 
 
 def find_invocations(
@@ -459,7 +463,9 @@ def test_fleet_workflows_are_valid_yaml_with_a_matrix() -> None:
     github = yaml.safe_load(GITHUB_FLEET.read_text(encoding="utf-8"))
     assert github["permissions"] == {}
     receipt, compare = github["jobs"]["receipt"], github["jobs"]["compare"]
-    assert set(receipt["strategy"]["matrix"]) == {"os", "python"}
+    assert set(receipt["strategy"]["matrix"]) == {"os", "python", "include"}
+    # The runner's promise, Python >= 3.9, is a job of the fleet.
+    assert {"3.9", "3.10"} <= {job["python"] for job in receipt["strategy"]["matrix"]["include"]}
     assert receipt["strategy"]["fail-fast"] is False
     assert receipt["env"]["LABEL"] == "${{ matrix.os }}-py${{ matrix.python }}"
     upload = next(s for s in receipt["steps"] if "upload-artifact" in s.get("uses", ""))
@@ -472,6 +478,7 @@ def test_fleet_workflows_are_valid_yaml_with_a_matrix() -> None:
     assert gitlab["stages"] == ["receipt", "compare"]
     [matrix] = gitlab["receipt"]["parallel"]["matrix"]
     assert set(matrix) == {"OS", "PYTHON"}
+    assert {"3.9", "3.10"} <= set(matrix["PYTHON"])
     assert 'LABEL="${OS}-py${PYTHON}"' in gitlab["receipt"]["script"]
     assert gitlab["compare"]["needs"] == [{"job": "receipt", "artifacts": True}]
     assert gitlab["compare"]["when"] == "always"
@@ -520,3 +527,117 @@ def test_the_schema_check_fails_on_a_misspelt_key(name: str, tmp_path: Path) -> 
     broken.write_text(text.replace(key, key[:-1] + "z:", 1), encoding="utf-8")
     done = _schema_check(broken, SCHEMAS[name])
     assert done.returncode == 1, done.stdout + done.stderr
+
+
+# --- the repository's own GitHub files: the reusable action and the release workflow ---------
+
+REPO = DEPLOY.parent
+OWN_SCHEMAS = {
+    "action.yml": "vendor.github-actions",
+    ".github/workflows/release.yml": "vendor.github-workflows",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN_SCHEMAS))
+def test_own_github_file_is_valid_for_its_schema(name: str) -> None:
+    done = _schema_check(REPO / name, OWN_SCHEMAS[name])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(OWN_SCHEMAS))
+def test_own_schema_check_fails_on_a_misspelt_key(name: str, tmp_path: Path) -> None:
+    text = (REPO / name).read_text(encoding="utf-8")
+    key = "using:" if name == "action.yml" else "runs-on:"
+    assert key in text
+    broken = tmp_path / Path(name).name
+    broken.write_text(text.replace(key, key[:-1] + "z:", 1), encoding="utf-8")
+    assert _schema_check(broken, OWN_SCHEMAS[name]).returncode == 1
+
+
+@pytest.mark.parametrize("name", sorted(OWN_SCHEMAS))
+def test_own_github_files_pin_actions_by_full_sha(name: str) -> None:
+    lines = (REPO / name).read_text(encoding="utf-8").splitlines()
+    uses = [ln for ln in lines if "uses:" in ln and not ln.lstrip().startswith("#")]
+    assert uses
+    for line in uses:
+        assert _SHA_PIN.match(line), f"{name}: not pinned by a full commit sha: {line.strip()}"
+
+
+def test_the_action_runs_real_flags(parsers: dict[str, argparse.ArgumentParser]) -> None:
+    found = find_invocations((REPO / "action.yml").read_text(encoding="utf-8"), "action", parsers)
+    commands = {i.args[0] for i in found if i.program == "charpin-remote" and i.args}
+    assert {"run", "verify", "pr-comment"} <= commands
+    assert [p for i in found for p in check_invocation(i, parsers)] == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("yaml") is None, reason="PyYAML not installed")
+def test_the_action_keeps_inputs_out_of_the_script_text() -> None:
+    import yaml
+
+    action = yaml.safe_load((REPO / "action.yml").read_text(encoding="utf-8"))
+    assert action["runs"]["using"] == "composite"
+    for step in action["runs"]["steps"]:
+        # An input interpolated into `run:` is a script injection; inputs go through env.
+        assert "${{ inputs." not in step.get("run", ""), step.get("name")
+    names = [s.get("name", "") for s in action["runs"]["steps"]]
+    assert any("job summary" in n for n in names) and any("comment" in n for n in names)
+    assert any("upload-artifact" in s.get("uses", "") for s in action["runs"]["steps"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("yaml") is None, reason="PyYAML not installed")
+def test_the_release_builds_checks_and_publishes_with_trusted_publishing() -> None:
+    import yaml
+
+    release = yaml.safe_load((REPO / ".github/workflows/release.yml").read_text(encoding="utf-8"))
+    triggers = release.get("on", release.get(True))
+    assert triggers == {"push": {"tags": ["v*"]}}
+    assert release["permissions"] == {}
+    jobs = release["jobs"]
+    build = "\n".join(s.get("run", "") for s in jobs["build"]["steps"])
+    assert (
+        "python -m build --outdir dist ." in build
+        and "python -m build --outdir dist runner" in build
+    )
+    assert "twine check --strict dist/*" in build
+    assert "runner_bundle()" in build  # the zipapp boxes run, as a release asset
+    publish = jobs["publish"]
+    assert publish["permissions"] == {"id-token": "write"}  # trusted publishing: no token
+    assert publish["environment"]["name"] == "pypi"
+    assert any("gh-action-pypi-publish" in s.get("uses", "") for s in publish["steps"])
+    assert jobs["github-release"]["permissions"] == {"contents": "write"}
+    assert "gh release create" in jobs["github-release"]["steps"][-1]["run"]
+
+
+# Every place that tells a user how to install charpin. Nothing is published yet, so a pinned
+# index version may only appear as the form to use after the first release.
+INSTALL_DOCS = [
+    REPO / "README.md",
+    REPO / "runner" / "README.md",
+    REPO / ".pre-commit-hooks.yaml",
+    REPO / "action.yml",
+    *DEPLOY_FILES,
+]
+_PINNED = re.compile(r"charpin-(?:remote|runner)(?:\[[\w,]+\])?==\d")
+
+
+def test_no_install_instruction_pretends_a_release_exists() -> None:
+    problems = []
+    for path in INSTALL_DOCS:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, 1):
+            if _PINNED.search(line):
+                around = " ".join(lines[max(0, number - 3) : number]).lower()
+                if "after the first release" not in around and "after it" not in around:
+                    problems.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert problems == []
+
+
+def test_ci_examples_install_from_one_edited_variable() -> None:
+    for path in (DEPLOY / "ci").glob("*.yml"):
+        text = path.read_text(encoding="utf-8")
+        installs = [
+            ln for ln in text.splitlines() if "pip install" in ln and "charpin" in ln.lower()
+        ]
+        assert installs, path.name
+        for line in installs:
+            assert '"$CHARPIN_REMOTE"' in line or '"$CHARPIN_RUNNER"' in line, line

@@ -17,6 +17,8 @@ _REMOTE = ("run", "hosts", "demo")
 _VERIFY = ("verify", "verify-bundle")
 _HISTORY = ("history",)
 _LEDGER = ("ledger",)  # history/ledger_cli.py: flake evidence from the history
+_COMPLETION = ("completion",)  # completion_cli.py: shell completion through shtab
+_PR_COMMENT = ("pr-comment",)  # prcomment_cli.py: the sticky pull-request comment
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -26,11 +28,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     pipeline; `run` should not pay for the renderers before its boxes have started.
     """
     parser = Parser(
-        prog="charpin-remote", description="One snapshot, many boxes, one drift report."
+        prog="charpin-remote",
+        description="One snapshot, many boxes, one drift report.",
+        exit_codes="0 clean; otherwise bits OR-ed: 1 tests failed, 2 drift or a gate blocked "
+        "(verify: REJECT), 4 a box not evaluated, 8 snapshot or receipt integrity, 16 vacuous "
+        "(verify: INCOMPLETE); 64 usage or configuration error, 130 interrupted; each command's --help says which apply",
     )
     parser.add_argument("--version", action="version", version=f"charpin-remote {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    everything = command not in (*_REMOTE, *_VERIFY, *_HISTORY, *_LEDGER, "compare")
+    everything = command not in (
+        *_REMOTE,
+        *_VERIFY,
+        *_HISTORY,
+        *_LEDGER,
+        *_COMPLETION,
+        *_PR_COMMENT,
+        "compare",
+    )
     if everything or command == "compare":
         from charpin_coordinator import compare_cli
 
@@ -53,6 +67,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from charpin_coordinator.history import ledger_cli
 
         ledger_cli.add_parsers(sub)
+    if everything or command in _COMPLETION:
+        from charpin_coordinator import completion_cli
+
+        completion_cli.add_parsers(sub)
+    if everything or command in _PR_COMMENT:
+        from charpin_coordinator import prcomment_cli
+
+        prcomment_cli.add_parsers(sub)
     return parser
 
 

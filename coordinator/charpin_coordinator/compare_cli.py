@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from charpin_runner.colors import add_color_option, wanted
 from charpin_runner.errors import UsageError
 from charpin_runner.receipt import Receipt
 
@@ -24,6 +25,8 @@ def add_parsers(sub: Any) -> None:
     """Register `compare`."""
     parser = sub.add_parser(
         "compare",
+        exit_codes="0 clean; bits OR-ed: 1 tests failed, 2 drift or a gate blocked, 4 a box "
+        "not evaluated, 8 receipt integrity, 16 vacuous; 64 usage or configuration error, 130 interrupted",
         help="decode 2..N receipts, report drift by dimension and the gate table",
         description="Compare receipts. Exit code: bitmask of 1 tests failed, 2 drift or a gate "
         "blocked, 4 a box not evaluated, 8 receipt integrity, 16 vacuous, 64 usage.",
@@ -49,7 +52,7 @@ def add_parsers(sub: Any) -> None:
         help="also write the report as Markdown (a PR comment) to FILE; `-` or no FILE prints "
         "it instead of the text report, as `run --markdown` does",
     )
-    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    add_color_option(parser)
     parser.add_argument(
         "--record",
         action="store_true",
@@ -95,8 +98,7 @@ def run_compare(args: argparse.Namespace) -> int:
     elif markdown == STDOUT:
         sys.stdout.write(render_markdown(report))
     else:
-        color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-        sys.stdout.write(render_text(report, color=color))
+        sys.stdout.write(render_text(report, color=wanted(args.color, sys.stdout)))
     sys.stdout.flush()
     if history is not None:
         return report.exit_code | _record(args, history, receipts, labeled, report)

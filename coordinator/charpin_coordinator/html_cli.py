@@ -30,6 +30,10 @@ def add_html_parser(history_sub: Any) -> None:
     """Add `html` to the `history` group's subparsers."""
     page = history_sub.add_parser(
         "html",
+        exit_codes=(
+            "0 written, 8 a database that is not charpin's, 64 usage or configuration "
+            "error, 130 interrupted"
+        ),
         help="write index.html over every run folder in DIR",
         description="Read drift.json in every run folder of DIR and write one self-contained "
         "page (no script, nothing fetched): the runs newest first, each linking to its "

@@ -13,6 +13,7 @@ import io
 import re
 
 import msgspec
+from charpin_runner import colors
 from charpin_runner.pins.compare import mark_changed_lines
 
 from charpin_coordinator import render_evidence
@@ -251,7 +252,7 @@ def _render_rich(report: DriftReport) -> str:
     console = Console(
         file=buffer,
         force_terminal=True,
-        width=120,
+        width=colors.width(),  # the terminal's (COLUMNS first), not a fixed 120
         color_system="standard",
         highlight=False,
         markup=False,

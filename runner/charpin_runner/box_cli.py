@@ -17,17 +17,34 @@ from charpin_runner.errors import EXIT_CLEAN
 
 def add_parsers(sub: Any) -> None:
     """Register `charpin box`."""
-    box = sub.add_parser("box", help="the box side of charpin-remote")
+    box = sub.add_parser(
+        "box",
+        exit_codes=(
+            "0 served or verified; a failed step is the agent's reply, not an exit code; 64 "
+            "usage or configuration error, 130 interrupted"
+        ),
+        help="the box side of charpin-remote",
+    )
     steps = box.add_subparsers(dest="box_step", metavar="STEP", parser_class=type(box))
     serve = steps.add_parser(
-        "serve", help="answer charpin-remote's framed requests on stdin/stdout (not for humans)"
+        "serve",
+        exit_codes=(
+            "0 served; a failed step is the agent's reply, not an exit code; 64 usage or "
+            "configuration error, 130 interrupted"
+        ),
+        help="answer charpin-remote's framed requests on stdin/stdout (not for humans)",
     )
     serve.add_argument(
         "--home", default="", metavar="DIR", help="the folder holding .cache/charpin (default ~)"
     )
     serve.set_defaults(handler=_serve)
     verify = steps.add_parser(
-        "verify-checkout", help="check that a checkout's files make the expected git tree"
+        "verify-checkout",
+        exit_codes=(
+            "0 the checkout matches, 8 it does not, 64 usage or configuration error, 130 "
+            "interrupted"
+        ),
+        help="check that a checkout's files make the expected git tree",
     )
     verify.add_argument("dir", metavar="DIR")
     verify.add_argument("tree", metavar="TREE")

@@ -35,7 +35,12 @@ def _build(
     command: str | None,
 ) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser (every command, or only `command` when it is one) and its command parsers."""
-    parser = Parser(prog="charpin", description="Receipts and pins for messy code.")
+    parser = Parser(
+        prog="charpin",
+        description="Receipts and pins for messy code.",
+        exit_codes="0 ok; 1 tests failed, 2 drift or refused, 4 could not run, 8 integrity, "
+        "16 no tests; 64 usage or configuration error, 130 interrupted; each command's --help says which apply",
+    )
     parser.add_argument("--version", action="version", version=f"charpin {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     wanted = [command] if command in _COMMANDS else list(_COMMANDS)

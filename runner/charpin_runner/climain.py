@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from charpin_runner.errors import (
     EXIT_BROKEN_PIPE,
@@ -23,7 +23,15 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so usage errors get exit 64 like the rest."""
+    """argparse that raises instead of exiting, so usage errors get exit 64 like the rest.
+
+    exit_codes: the command's exit codes, said once; --help ends with "Exit codes: ..." (every
+    command has one: tests/test_cli_conventions.py walks every --help)."""
+
+    def __init__(self, *args: Any, exit_codes: Optional[str] = None, **kwargs: Any) -> None:
+        if exit_codes is not None:
+            kwargs["epilog"] = f"Exit codes: {exit_codes}."
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise CharpinError(f"{message} (see {self.prog} --help)")

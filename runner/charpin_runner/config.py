@@ -11,10 +11,12 @@ Literal and scalars appear in them.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from charpin_runner import tomlread
 from charpin_runner.errors import ConfigError
 from charpin_runner.schema import convert
 
@@ -129,7 +131,9 @@ class CharpinConfig:
         if self.test_command is not None and not self.test_command:
             raise ValueError("test_command must not be empty; leave it out for python -m pytest")
         if self.history is not None and not self.history.strip():
-            raise ValueError("history must be a file path; leave it out for .charpin/history.sqlite")
+            raise ValueError(
+                "history must be a file path; leave it out for .charpin/history.sqlite"
+            )
         for root in self.watch:
             if not root or root.startswith("/") or ".." in root.split("/"):
                 raise ValueError(
@@ -171,14 +175,24 @@ def load_json(path: Path) -> CharpinConfig:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        import tomllib  # novermin - Python >= 3.11 only; boxes get JSON instead
-    except ImportError:  # pragma: no cover - exercised on Python < 3.11 boxes
-        raise ConfigError(
-            f"this Python cannot read {path} (no tomllib before 3.11); "
-            "pass --config-json FILE or run with Python >= 3.11"
-        ) from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}; check its permissions") from None
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return tomlread.loads(data.decode("utf-8"))
+    except ImportError:  # Python < 3.11 without tomli
+        if not could_hold_charpin(data):
+            return {}  # no [tool.charpin] is possible in it: the defaults, as with the table absent
+        raise ConfigError(
+            f"this Python ({sys.version.split()[0]}) cannot read the [tool.charpin] table in "
+            f"{path}: it has no tomllib (3.11+) and tomli is not installed; install charpin with "
+            "`pip install charpin-runner` (it brings tomli below 3.11), or pass --config-json FILE"
+        ) from None
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError
         raise ConfigError(f"cannot read {path}: {exc}; fix the TOML syntax") from exc
+
+
+def could_hold_charpin(data: bytes) -> bool:
+    """False only when the file cannot hold a `charpin` key anywhere: the word is absent and no
+    quoted key could spell it with an escape (`"\\u0063harpin"`). Anything else fails closed."""
+    return b"charpin" in data or b"\\u" in data or b"\\U" in data

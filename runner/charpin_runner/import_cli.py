@@ -31,11 +31,17 @@ from charpin_runner.pins.replay import jobs_for
 from charpin_runner.pins.store import check_rel, write_repo_file
 from charpin_runner.receipt import write_atomic
 
+_EXIT_CODES = (
+    "0 imported (replayed green), 2 a case cannot be carried over green (nothing kept), 8 "
+    "a corrupt or hand-edited source, 64 usage or configuration error, 130 interrupted"
+)
+
 
 def add_parsers(sub: Any) -> None:
     """Register `charpin import` and one subcommand per format."""
     parser = sub.add_parser(
         "import",
+        exit_codes=_EXIT_CODES,
         help="convert another harness's pins, goldens, ledger or evidence into charpin's",
         description="Read a hand-made harness's files as its tool writes them, convert them "
         "to charpin's format, and (for pins) replay them against the unchanged program: the "
@@ -53,9 +59,13 @@ def add_parsers(sub: Any) -> None:
             p.add_argument("--jobs", type=int, default=None, help="parallel runs (default: CPUs)")
             p.add_argument("--prefix", default="", help="put this before every imported pin id")
 
-    p = formats.add_parser("pins-jsonl", help="seed 000: a record_pins.py pins.jsonl")
+    p = formats.add_parser(
+        "pins-jsonl",
+        exit_codes=_EXIT_CODES,
+        help="a pins.jsonl of recorded runs (argv, env, stdin, exit code, stdout, stderr a line), as a record_pins.py recorder writes it",
+    )
     common(p)
-    p.add_argument("file", help="the seed's pins.jsonl")
+    p.add_argument("file", help="the recorder's pins.jsonl")
     p.add_argument(
         "--target",
         default=None,
@@ -65,7 +75,8 @@ def add_parsers(sub: Any) -> None:
 
     p = formats.add_parser(
         "golden-manifest",
-        help="seed 001: a golden_manifest.py golden.json",
+        exit_codes=_EXIT_CODES,
+        help="an output-tree manifest (golden.json: returncode, stream and file sha256s), as a golden_manifest.py harness writes it",
         usage="charpin import golden-manifest FILE --id ID [--fixtures DIR] [--cwd-rel REL] "
         "-- COMMAND [ARG...]",
         description="The manifest holds hashes, not the command: give the command the harness "
@@ -78,7 +89,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--cwd-rel", default=".", help="the command's folder inside the work folder")
     p.set_defaults(handler=_golden_manifest)
 
-    p = formats.add_parser("golden-matrix", help="seed 002: char_harness.py and its golden/")
+    p = formats.add_parser(
+        "golden-matrix",
+        exit_codes=_EXIT_CODES,
+        help="a command-matrix harness (char_harness.py: its CASES and one golden/<case>.json each)",
+    )
     common(p)
     p.add_argument("harness", help="the harness (its CASES and golden/ folder are read)")
     p.add_argument("--target", default=None, help="the program the harness runs")
@@ -90,14 +105,16 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(handler=_golden_matrix)
 
-    p = formats.add_parser("cram", help="cram or prysk .t files")
+    p = formats.add_parser("cram", exit_codes=_EXIT_CODES, help="cram or prysk .t files")
     common(p)
     p.add_argument("files", nargs="+", help=".t files or folders holding them")
     p.add_argument("--dialect", choices=sorted(cram.DIALECTS), default="cram")
     p.add_argument("--indent", type=int, default=2, help="indentation of commands (default: 2)")
     p.set_defaults(handler=_cram)
 
-    p = formats.add_parser("trycmd", help="trycmd .toml, .trycmd and .md cases")
+    p = formats.add_parser(
+        "trycmd", exit_codes=_EXIT_CODES, help="trycmd .toml, .trycmd and .md cases"
+    )
     common(p)
     p.add_argument("files", nargs="+", help="case files")
     p.add_argument(
@@ -116,9 +133,13 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(handler=_trycmd)
 
-    p = formats.add_parser("ledger", help='seed 003: {"frozen": [...], "rule": ...}')
+    p = formats.add_parser(
+        "ledger",
+        exit_codes=_EXIT_CODES,
+        help='a flake ledger of frozen test ids ({"frozen": [...], "rule": ...})',
+    )
     common(p, prefix=False)
-    p.add_argument("file", help="the seed's flake-ledger.json")
+    p.add_argument("file", help="the flake-ledger.json to convert")
     p.add_argument("--owner", required=True, help="who will unfreeze these tests")
     p.add_argument("--expires", required=True, help="YYYY-MM-DD: the entries' expiry")
     p.add_argument("--reason", default=None, help="each entry's reason (default: the rule)")
@@ -126,7 +147,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--replace", action="store_true", help="overwrite --out, even the source")
     p.set_defaults(handler=_ledger)
 
-    p = formats.add_parser("evidence", help="seed 003: .evidence/run-*.json manifests")
+    p = formats.add_parser(
+        "evidence",
+        exit_codes=_EXIT_CODES,
+        help="test-run evidence manifests (.evidence/run-*.json), converted to receipts",
+    )
     common(p, prefix=False)
     p.add_argument("files", nargs="+", help="evidence manifests")
     p.add_argument("--label", default=None, help="the box label (one file only; default: stem)")
@@ -196,7 +221,7 @@ def _pins_jsonl(args: argparse.Namespace) -> int:
     repo, cfg = _load(args)
     source = _path(repo, args.file)
     label = repo_relative(repo, source, "pins file")
-    target = _target(args.target, cfg, f"a seed-000 {label}")
+    target = _target(args.target, cfg, f"the recorded runs of {label}")
     replace = source == (repo / cfg.pins.file).resolve()
     plan = seed000.plan(source, label, target, replace, args.prefix)
     return _run(args, repo, cfg, plan)
@@ -235,7 +260,7 @@ def _golden_matrix(args: argparse.Namespace) -> int:
     repo, cfg = _load(args)
     harness = _path(repo, args.harness)
     repo_relative(repo, harness, "harness")
-    target = _target(args.target, cfg, "seed 002's harness")
+    target = _target(args.target, cfg, "the command-matrix harness")
     work = Path(args.work_dir).resolve() if args.work_dir else harness.parent / "charpin-work"
     repo_relative(repo, work, "--work-dir")
     plan = seed002.plan(repo, harness, target, work, cfg.pins.output, args.prefix)

@@ -27,6 +27,10 @@ def add_parsers(sub: Any) -> None:
     """Register `charpin ledger`."""
     parser = sub.add_parser(
         "ledger",
+        exit_codes=(
+            "those of charpin-remote ledger (0 a report), 64 usage or configuration error, "
+            "130 interrupted (charpin-remote is not installed here)"
+        ),
         help="flake evidence from the run history: suggest entries, review the ledger "
         "(runs charpin-remote ledger)",
         description="Runs `charpin-remote ledger ARGS`: `suggest` lists flaky tests with the "

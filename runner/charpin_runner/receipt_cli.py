@@ -40,6 +40,10 @@ def add_parsers(sub: Any) -> None:
     """Register `charpin receipt`."""
     parser = sub.add_parser(
         "receipt",
+        exit_codes=(
+            "0 ok, 1 tests failed, 2 incomplete, 4 timed out or could not start, 16 no "
+            "tests, 64 usage or configuration error, 130 interrupted"
+        ),
         help="run the tests once and write a receipt of what this box observed",
         description="Run the test command with the charpin probe and write a receipt. "
         "Arguments after `--` go to pytest.",

@@ -233,10 +233,9 @@ def _pyproject_table(repo: Path) -> Any:
     pyproject = repo / "pyproject.toml"
     if not pyproject.is_file():
         return {}
-    import tomllib  # novermin - only reached where config.load already read this file
+    from charpin_runner import tomlread  # only reached where config.load already read this file
 
-    with pyproject.open("rb") as handle:
-        data = tomllib.load(handle)
+    data = tomlread.loads(pyproject.read_text(encoding="utf-8"))
     tool = data.get("tool", {})
     return tool.get("charpin", {}) if isinstance(tool, dict) else {}
 

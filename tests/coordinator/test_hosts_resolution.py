@@ -1,4 +1,9 @@
-"""Host names → HostSpecs through ssh_config, and `[tool.charpin.hosts]` extras (no network)."""
+"""Host names → HostSpecs through ssh_config, and `[tool.charpin.hosts]` extras (no network).
+
+Each resolution test runs with both readers: OpenSSH's `ssh -G` (what charpin uses where the
+client is installed) and paramiko's parser (the fallback without it). OpenSSH expands `~` to the
+passwd entry's home, paramiko to $HOME: `tilde` is the one the reader uses.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from charpin_coordinator.remote import openssh
 from charpin_coordinator.remote.hosts import (
     HostExtras,
     HostSpec,
@@ -26,12 +32,28 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+@pytest.fixture(params=["openssh", "paramiko"])
+def ssh(request: pytest.FixtureRequest) -> str | None:
+    """The reader: the OpenSSH client for `ssh -G`, or None for paramiko's parser."""
+    if request.param == "paramiko":
+        return None
+    client = openssh.find_ssh()
+    if client is None:
+        pytest.skip("no OpenSSH client here (apt-get install openssh-client)")
+    return client
+
+
+@pytest.fixture
+def tilde(ssh: str | None, home: Path) -> Path:
+    return openssh.home_dir() if ssh else home
+
+
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
 
 
-def test_ssh_config_fields_are_honoured(home: Path, tmp_path: Path) -> None:
+def test_ssh_config_fields_are_honoured(ssh: str | None, tilde: Path, tmp_path: Path) -> None:
     config = write(
         tmp_path / "ssh_config",
         "Host ci\n"
@@ -47,38 +69,42 @@ def test_ssh_config_fields_are_honoured(home: Path, tmp_path: Path) -> None:
         "    User fallback\n",
     )
     extras = {"ci": HostExtras(python="/opt/py/bin/python3", timeout=60.0)}
-    [spec] = resolve_hosts(["ci"], ssh_config=config, extras=extras)
+    # Configured identities are kept as written (OpenSSH skips only missing default ones).
+    [spec] = resolve_hosts(["ci"], ssh_config=config, extras=extras, ssh=ssh)
     assert spec == HostSpec(
         name="ci",
         hostname="10.1.2.3",
         port=2222,
         user="builder",
-        identity_files=(f"{home}/.ssh/ci_key", "/keys/second"),
+        identity_files=(f"{tilde}/.ssh/ci_key", "/keys/second"),
         identities_only=True,
-        user_known_hosts=(f"{home}/.ssh/ci_known", "/etc/ci_known"),
+        user_known_hosts=(f"{tilde}/.ssh/ci_known", "/etc/ci_known"),
         global_known_hosts=("/etc/ssh/fleet_known",),
         extras=extras["ci"],
     )
     assert spec.endpoint == "[10.1.2.3]:2222"
-    assert spec.known_hosts_files[0] == f"{home}/.ssh/ci_known"
+    assert spec.known_hosts_files[0] == f"{tilde}/.ssh/ci_known"
 
 
-def test_defaults_follow_openssh(home: Path, tmp_path: Path) -> None:
+def test_defaults_follow_openssh(ssh: str | None, tilde: Path, tmp_path: Path) -> None:
     config = write(tmp_path / "ssh_config", "Host plain\n    HostName plain.example\n")
-    [spec] = resolve_hosts(["plain"], ssh_config=config)
-    assert (spec.port, spec.identity_files, spec.identities_only) == (22, (), False)
+    [spec] = resolve_hosts(["plain"], ssh_config=config, ssh=ssh)
+    assert (spec.port, spec.identities_only) == (22, False)
+    # ssh -G lists OpenSSH's default identities; only those that exist are kept.
+    assert all(Path(p).is_file() for p in spec.identity_files)
     assert spec.endpoint == "plain.example"
     assert spec.known_hosts_files == (
-        f"{home}/.ssh/known_hosts",
-        f"{home}/.ssh/known_hosts2",
+        f"{tilde}/.ssh/known_hosts",
+        f"{tilde}/.ssh/known_hosts2",
         "/etc/ssh/ssh_known_hosts",
         "/etc/ssh/ssh_known_hosts2",
     )
 
 
 def test_user_ssh_config_is_used_without_flag(home: Path) -> None:
+    # paramiko's reader only: ssh -G reads the passwd home's ~/.ssh/config, which tests leave be.
     write(home / ".ssh" / "config", "Host mine\n    HostName 192.0.2.7\n    Port 2200\n")
-    [spec] = resolve_hosts(["mine"], ssh_config=None)
+    [spec] = resolve_hosts(["mine"], ssh_config=None, ssh=None)
     assert (spec.hostname, spec.port) == ("192.0.2.7", 2200)
 
 
@@ -91,19 +117,42 @@ def test_builtin_boxes_are_never_looked_up(home: Path) -> None:
 def test_unknown_name_lists_the_files_searched(home: Path) -> None:
     write(home / ".ssh" / "config", "Host *\n    User everyone\nHost other\n    Port 1\n")
     with pytest.raises(UsageError) as caught:
-        resolve_hosts(["local", "ci"], ssh_config=None)
+        resolve_hosts(["local", "ci"], ssh_config=None, ssh=None)
     assert str(caught.value) == (
-        f"unknown host 'ci': no Host block matches it in {home}/.ssh/config, "
-        "/etc/ssh/ssh_config; add `Host ci` with a HostName there, or pass --ssh-config FILE"
+        f"unknown host 'ci': no Host block matches it (OpenSSH is not installed: Include is "
+        f"not read) in {home}/.ssh/config, /etc/ssh/ssh_config; add `Host ci` with a HostName "
+        "there, or pass --ssh-config FILE"
     )
 
 
-def test_wildcard_host_blocks_count_but_a_bare_star_does_not(tmp_path: Path) -> None:
+def test_unknown_name_under_openssh_says_what_unknown_means(
+    ssh: str | None, tmp_path: Path
+) -> None:
+    config = write(
+        tmp_path / "c",
+        "Host *\n    User everyone\n    IdentityFile ~/.ssh/k_%h\nHost ci-bx\n    Port 1\n",
+    )
+    with pytest.raises(UsageError) as caught:
+        resolve_hosts(["ci-box"], ssh_config=config, ssh=ssh)
+    message = str(caught.value)
+    assert message.startswith("unknown host 'ci-box': ")
+    assert f" in {config}; did you mean ci-bx? Otherwise add `Host ci-box` with a" in message
+    if ssh:
+        assert "ssh -G finds no Host or Match block for it beyond those for every host" in message
+    assert "\n" not in message
+
+
+def test_wildcard_host_blocks_count_but_a_bare_star_does_not(
+    ssh: str | None, tmp_path: Path
+) -> None:
     config = write(tmp_path / "c", "Host ci-* !ci-skip\n    User ci\nHost *\n    Port 2\n")
-    [spec] = resolve_hosts(["ci-7"], ssh_config=config)
+    [spec] = resolve_hosts(["ci-7"], ssh_config=config, ssh=ssh)
     assert (spec.user, spec.port) == ("ci", 2)
     with pytest.raises(UsageError, match="unknown host 'web'"):
-        resolve_hosts(["web"], ssh_config=config)
+        resolve_hosts(["web"], ssh_config=config, ssh=ssh)
+    if ssh:  # paramiko's reader does not apply the negation
+        with pytest.raises(UsageError, match="unknown host 'ci-skip'"):
+            resolve_hosts(["ci-skip"], ssh_config=config, ssh=ssh)
 
 
 def test_missing_ssh_config_file_is_a_usage_error(tmp_path: Path) -> None:
@@ -111,12 +160,62 @@ def test_missing_ssh_config_file_is_a_usage_error(tmp_path: Path) -> None:
         resolve_hosts(["ci"], ssh_config=tmp_path / "nope")
 
 
-def test_hostile_alias_is_only_looked_up(tmp_path: Path) -> None:
-    alias = "ci box 'q' $HOME;touch pwned"
+@pytest.mark.parametrize(
+    "alias",
+    ["ci box", "q'uote", "$HOME", "a;touch pwned", "-oProxyCommand=touch pwned", "x`id`", "u@ci"],
+)
+def test_a_name_openssh_refuses_is_refused_by_both_readers(
+    ssh: str | None, alias: str, tmp_path: Path
+) -> None:
+    # OpenSSH refuses these as host names (ssh -G: "hostname contains invalid characters");
+    # charpin refuses them the same way with either reader, before anything runs.
     config = write(tmp_path / "c", f'Host "{alias}"\n    HostName 127.0.0.9\n')
-    [spec] = resolve_hosts([alias], ssh_config=config)
-    assert (spec.name, spec.hostname) == (alias, "127.0.0.9")
+    with pytest.raises(UsageError) as caught:
+        resolve_hosts([alias], ssh_config=config, ssh=ssh)
+    assert str(caught.value).startswith(f"box name {alias!r} is not a host name OpenSSH accepts")
+    assert "rename its Host alias" in str(caught.value)
     assert not list(tmp_path.rglob("pwned"))
+
+
+def test_odd_but_valid_alias_is_only_looked_up(ssh: str | None, tmp_path: Path) -> None:
+    alias = "ci*box?q!x~%h+ü"
+    config = write(tmp_path / "c", "Host ci*box?q!x~%h+ü\n    HostName 127.0.0.9\n")
+    [spec] = resolve_hosts([alias], ssh_config=config, ssh=ssh)
+    assert (spec.name, spec.hostname) == (alias, "127.0.0.9")
+
+
+def test_include_and_match_are_read_as_openssh_reads_them(tmp_path: Path) -> None:
+    ssh = openssh.find_ssh()
+    if ssh is None:
+        pytest.skip("no OpenSSH client here")
+    extra = tmp_path / "conf.d"
+    extra.mkdir()
+    write(extra / "scratch.conf", "Host scratch\n    HostName 10.9.8.7\n    Port 2201\n")
+    config = write(
+        tmp_path / "c",
+        f"Include {extra}/*.conf\n"
+        "Match originalhost build-*\n    User builder\n    HostName %h.build.example\n"
+        "Host *\n    IdentityFile ~/.ssh/id_%h\n",
+    )
+    [scratch, build] = resolve_hosts(["scratch", "build-3"], ssh_config=config, ssh=ssh)
+    assert (scratch.hostname, scratch.port) == ("10.9.8.7", 2201)
+    assert (build.user, build.hostname) == ("builder", "build-3.build.example")
+    # paramiko's parser reads neither the Include nor `Match originalhost`:
+    with pytest.raises(UsageError, match="unknown host 'scratch'"):
+        resolve_hosts(["scratch"], ssh_config=config, ssh=None)
+
+
+def test_identity_file_tokens_are_expanded(tmp_path: Path) -> None:
+    ssh = openssh.find_ssh()
+    if ssh is None:
+        pytest.skip("no OpenSSH client here")
+    config = write(
+        tmp_path / "c",
+        "Host tok\n    HostName 10.1.1.1\n    User deploy\n    Port 2022\n"
+        f"    IdentityFile {tmp_path}/%h_%r_%p_%n_%%\n",
+    )
+    [spec] = resolve_hosts(["tok"], ssh_config=config, ssh=ssh)
+    assert spec.identity_files == (f"{tmp_path}/10.1.1.1_deploy_2022_tok_%",)
 
 
 def test_proxyjump_chain_resolves_each_hop_through_the_config(tmp_path: Path) -> None:
@@ -191,7 +290,7 @@ def test_remote_command_quotes_every_element() -> None:
     assert done.stdout == "|".join(hostile[2:]).encode() + b"|"
 
 
-def test_pattern_block_without_hostname_refuses_odd_names(tmp_path: Path) -> None:
-    config = write(tmp_path / "c", "Host *box*\n    Port 2222\n")
+def test_a_hostname_that_is_not_one_is_refused(ssh: str | None, tmp_path: Path) -> None:
+    config = write(tmp_path / "c", "Host odd\n    HostName ops@odd.example\n")
     with pytest.raises(ConfigError, match="is not a host name; set `HostName`"):
-        resolve_hosts(["my box"], ssh_config=config)
+        resolve_hosts(["odd"], ssh_config=config, ssh=ssh)

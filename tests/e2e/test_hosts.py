@@ -7,20 +7,23 @@ import sys
 from pathlib import Path
 
 import pytest
+from charpin_coordinator.remote import openssh
 from charpin_coordinator.remote.errors import BoxError
 from charpin_coordinator.remote.hostcheck import check_host, check_hosts
 from charpin_coordinator.remote.hosts import HostExtras, HostSpec, resolve_hosts
 from charpin_coordinator.remote.ssh import open_box
+from charpin_runner.errors import UsageError
 
 from tests.conftest import run_on
 from tests.sshd import SshBox, SshdFactory
 
 pytestmark = pytest.mark.ssh
 
-ODD_ALIAS = "ci box 'q' $HOME;x"
+# As odd as OpenSSH accepts in a host name (it refuses spaces, quotes, $ ; and the like).
+ODD_ALIAS = "ci.box~q!x+ü%h"
 
 
-def test_alias_with_spaces_quotes_dollar_and_semicolon_connects(
+def test_odd_alias_connects(
     sshd_factory: SshdFactory,
 ) -> None:
     box = sshd_factory(name="odd", alias=ODD_ALIAS)
@@ -160,3 +163,31 @@ def test_known_hosts_written_by_openssh_is_accepted(
     [spec] = resolve_hosts(["hashed"], ssh_config=box.ssh_config)
     with open_box(spec) as transport:
         assert transport.host_key_fingerprint == box.fingerprint
+
+
+def test_included_file_and_match_block_reach_real_boxes(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    # Most real configs split hosts into Included files and use Match; OpenSSH's `ssh -G`
+    # reads them (paramiko's parser reads neither), so these boxes resolve and answer.
+    if openssh.find_ssh() is None:
+        pytest.skip("no OpenSSH client here (apt-get install openssh-client)")
+    scratch = sshd_factory(name="scratch")
+    build = sshd_factory(name="build", host="127.0.0.2")
+    included = tmp_path / "ssh_config.d"
+    included.mkdir()
+    (included / "scratch.conf").write_text(scratch.ssh_config.read_text())
+    block = build.ssh_config.read_text().split("\n", 1)[1]  # its options, without `Host build`
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Include {included}/*.conf\nMatch originalhost build-*\n{block}")
+    specs = resolve_hosts(["scratch", "build-7"], ssh_config=config)
+    assert [(s.hostname, s.port) for s in specs] == [
+        ("127.0.0.1", scratch.port),
+        ("127.0.0.2", build.port),
+    ]
+    results = check_hosts(specs, connect_timeout=5.0)
+    reach = [(r.host, r.items[0].name, r.items[0].ok) for r in results]
+    assert reach == [("scratch", "reach", True), ("build-7", "reach", True)]
+    assert [r.host_key_fingerprint for r in results] == [scratch.fingerprint, build.fingerprint]
+    with pytest.raises(UsageError, match=r"unknown host 'buidl-7': ssh -G finds no Host or Match"):
+        resolve_hosts(["buidl-7"], ssh_config=config)

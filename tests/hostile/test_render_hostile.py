@@ -13,6 +13,7 @@ import io
 import re
 import xml.etree.ElementTree as ET
 
+import pytest
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.remote.display import LiveProgress, PlainProgress
 from charpin_coordinator.remote.junit import to_junit
@@ -100,7 +101,10 @@ def test_the_report_carries_the_hostile_strings() -> None:
     assert any(BAD_FILE in g.detail for g in report.gates)
 
 
-def test_rich_report_shows_markup_as_text_without_links_or_escapes() -> None:
+def test_rich_report_shows_markup_as_text_without_links_or_escapes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")  # the report follows the terminal; xdist says 80
     out = render_text(hostile_report(), color=True)
     assert OSC8 not in out
     visible = _only_styles(out)

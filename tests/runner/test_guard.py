@@ -240,7 +240,13 @@ def test_an_evil_merge_is_judged_by_its_own_changes(
 
 @pytest.mark.parametrize(
     "args",
-    [["--range", "main"], ["--range", "-x..y"], ["--range", "nope..HEAD"], []],
+    [
+        ["--range", "main"],
+        ["--range", "-x..y"],
+        ["--range", "nope..HEAD"],
+        [],
+        ["--staged", "--pre-commit"],
+    ],
 )
 def test_bad_invocations_are_usage_errors(
     repo: Path, capsys: pytest.CaptureFixture[str], args: list[str]
@@ -318,7 +324,7 @@ def test_install_refuses_a_foreign_hook_unless_forced(
 def test_pre_commit_framework_manifest_runs_the_guard() -> None:
     manifest = (Path(__file__).resolve().parents[2] / ".pre-commit-hooks.yaml").read_text()
     assert "- id: charpin-guard" in manifest
-    assert "entry: charpin guard --staged" in manifest
+    assert "entry: charpin guard --pre-commit" in manifest
     assert "pass_filenames: false" in manifest and "always_run: true" in manifest
 
 

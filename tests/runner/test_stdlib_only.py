@@ -153,3 +153,38 @@ def test_vermin_says_python_39_is_enough() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _imports_outside_stdlib() -> set[tuple[str, str]]:
+    """(module, top-level name) of every import in runner source that is not the stdlib's."""
+    import ast
+
+    found = set()
+    for module in [*runner_modules(), *EXEMPT]:
+        path = RUNNER / Path(*module.split("."))
+        source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "charpin_runner":
+                    found.add((module, top))
+    return found
+
+
+def test_only_tomli_coverage_and_the_plugins_pytest_are_not_stdlib() -> None:
+    # tomli is charpin-runner's dependency below 3.11 (runner/pyproject.toml), imported lazily
+    # in tomlread only; coverage.py is the optional `pins cover` extra, imported lazily; pytest
+    # only on the probe's pytest side. Anything else here would break a bare box.
+    found = _imports_outside_stdlib()
+    pytest_side = {(m, top) for m, top in found if m in PYTEST_SIDE}
+    assert {top for _, top in pytest_side} == {"pytest", "_pytest"}
+    assert found - pytest_side == {
+        ("charpin_runner.tomlread", "tomli"),
+        ("charpin_runner.pins.cover", "coverage"),
+    }

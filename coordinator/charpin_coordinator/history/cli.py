@@ -26,11 +26,18 @@ from charpin_runner.errors import EXIT_CLEAN, EXIT_INTEGRITY, UsageError
 
 from charpin_coordinator.history import hooks
 
+_EXIT_CODES = (
+    "0 done, 8 a database that is not charpin's or is corrupt (see history rebuild; "
+    "rebuild: a folder it had to skip), 64 usage or configuration error (no database yet, "
+    "an unknown run, test or box), 130 interrupted"
+)
+
 
 def add_parsers(sub: Any) -> None:
     """Register `history` and its subcommands."""
     history = sub.add_parser(
         "history",
+        exit_codes=_EXIT_CODES,
         help="past runs: list, show, test, box, prune, rebuild (SQLite); html (run folders)",
         description="Query the run history (SQLite, default .charpin/history.sqlite). Without a "
         "subcommand: the most recent runs.",
@@ -40,20 +47,25 @@ def add_parsers(sub: Any) -> None:
     subs = history.add_subparsers(
         dest="history_command", metavar="SUBCOMMAND", parser_class=type(history)
     )
-    show = subs.add_parser("show", help="one run in full (a unique prefix of its id will do)")
+    show = subs.add_parser(
+        "show", exit_codes=_EXIT_CODES, help="one run in full (a unique prefix of its id will do)"
+    )
     show.add_argument("run", metavar="RUN")
     _common(show)
     show.set_defaults(handler=run_show)
-    test = subs.add_parser("test", help="a test's outcome timeline per box, with commits")
+    test = subs.add_parser(
+        "test", exit_codes=_EXIT_CODES, help="a test's outcome timeline per box, with commits"
+    )
     test.add_argument("nodeid", metavar="NODEID")
     _common(test, limit=True)
     test.set_defaults(handler=run_test)
-    box = subs.add_parser("box", help="a box's runs, newest first")
+    box = subs.add_parser("box", exit_codes=_EXIT_CODES, help="a box's runs, newest first")
     box.add_argument("name", metavar="NAME")
     _common(box, limit=True)
     box.set_defaults(handler=run_box)
     prune = subs.add_parser(
         "prune",
+        exit_codes=_EXIT_CODES,
         help="remove old runs from the database (run folders stay on disk)",
         description="Keep the runs of the last N days (90d) or the newest N runs (30), and "
         "always the last clean run of every box and every run a kept run needs.",
@@ -64,6 +76,7 @@ def add_parsers(sub: Any) -> None:
     prune.set_defaults(handler=run_prune)
     rebuild = subs.add_parser(
         "rebuild",
+        exit_codes=_EXIT_CODES,
         help="recreate the database from run and verify folders",
         description="Read every run folder and verify folder under the DIRs (default "
         "<repo>/.charpin/runs and <repo>/.charpin/verify) and swap a new database in; the old "

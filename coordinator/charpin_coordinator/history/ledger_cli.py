@@ -28,11 +28,17 @@ from charpin_coordinator.history import hooks
 from charpin_coordinator.history.cli import _emit_json, _emit_text
 from charpin_coordinator.history.flaky import EntryNote, Review, Suggestions, describe, percent
 
+_EXIT_CODES = (
+    "0 a report (never a gate), 64 usage or configuration error (no database yet, a bad "
+    "date, a malformed ledger), 130 interrupted"
+)
+
 
 def add_parsers(sub: Any) -> None:
     """Register `ledger suggest` and `ledger review`."""
     ledger = sub.add_parser(
         "ledger",
+        exit_codes=_EXIT_CODES,
         help="flake evidence from the run history: suggest entries, review the ledger",
         description="Flake evidence from the run history (SQLite, on the coordinator).",
     )
@@ -41,6 +47,7 @@ def add_parsers(sub: Any) -> None:
     )
     suggest = subs.add_parser(
         "suggest",
+        exit_codes=_EXIT_CODES,
         help="flaky tests (same commit and box, different outcomes) with evidence",
         description="List tests that both passed and failed on one box at one commit (and "
         "patch), with the run ids and a proposed ledger entry whose owner and expiry you fill "
@@ -50,6 +57,7 @@ def add_parsers(sub: Any) -> None:
     suggest.set_defaults(handler=run_suggest)
     review = subs.add_parser(
         "review",
+        exit_codes=_EXIT_CODES,
         help="the ledger against the history: expiry, never seen, unfreeze candidates",
         description="Read the repository's flake ledger ([tool.charpin] ledger) and list "
         "entries expired or near expiry, entries never seen in any recorded run, and entries "

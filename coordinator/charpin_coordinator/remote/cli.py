@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from charpin_runner.colors import add_color_option, paint, wanted
 from charpin_runner.errors import EXIT_CLEAN, EXIT_NOT_EVALUATED, CharpinError, UsageError
 
 from charpin_coordinator.config import load_config
@@ -47,13 +48,18 @@ def add_parsers(sub: Any) -> None:
     from charpin_coordinator.remote import demo_cli
 
     _add_run(sub)
-    hosts = sub.add_parser("hosts", help="inspect boxes before a run")
+    hosts = sub.add_parser(
+        "hosts",
+        help="inspect boxes before a run",
+        exit_codes="0 every box is fine, 4 a box is not, 64 usage or configuration error, 130 interrupted",
+    )
     hosts_sub = hosts.add_subparsers(
         dest="hosts_command", metavar="SUBCOMMAND", parser_class=type(hosts)
     )
     check = hosts_sub.add_parser(
         "check",
         help="preflight: reach, host key, python, git, disk",
+        exit_codes="0 every box is fine, 4 a box is not, 64 usage or configuration error, 130 interrupted",
         description="Check every box once. Exit 0 when all are fine, 4 when any is not.",
     )
     check.add_argument(
@@ -69,6 +75,10 @@ def add_parsers(sub: Any) -> None:
         help="trust an unknown host key and record it in known_hosts",
     )
     check.add_argument("--repo", type=Path, metavar="DIR", help="repository (host extras)")
+    check.add_argument(
+        "--json", action="store_true", help="print every box's checks as JSON, nothing else"
+    )
+    add_color_option(check)
     check.set_defaults(handler=run_hosts_check)
     hosts.set_defaults(handler=_hosts_usage)
     demo_cli.add_parsers(sub)
@@ -78,6 +88,8 @@ def _add_run(sub: Any) -> None:
     run = sub.add_parser(
         "run",
         help="run one pinned snapshot on many boxes and report the drift",
+        exit_codes="0 clean; bits OR-ed: 1 tests failed, 2 drift or a gate blocked, 4 a box "
+        "not evaluated (or Ctrl-C), 8 snapshot or receipt integrity, 16 vacuous; 64 usage or configuration error, 130 interrupted",
         description="Ship the commit and the runner to every box, run `charpin receipt` there, "
         "fetch the receipts and report drift and gates. Exit code: bitmask of 1 tests failed, "
         "2 drift or a gate blocked, 4 a box not evaluated (or Ctrl-C), 8 integrity, "
@@ -103,6 +115,7 @@ def _add_run(sub: Any) -> None:
         "the text report, as `compare --markdown` does",
     )
     add("--junit", type=Path, metavar="FILE", help="also write JUnit XML (box x gate)")
+    add_color_option(run)
     add(
         "--against",
         metavar="REF",
@@ -215,7 +228,7 @@ def run_remote(args: argparse.Namespace) -> int:
         result = run(planned, phase=progress.phase, history=history)
     from charpin_coordinator.remote.output import emit, warn_disposals  # imported meanwhile
 
-    emit(result, json=args.json, markdown=args.markdown, junit=args.junit)
+    emit(result, json=args.json, markdown=args.markdown, junit=args.junit, color=args.color)
     code = result.exit_code | warn_disposals([result])
     code |= history_hooks.record_after(history, [result.folder], repo=options.repo)
     if args.notify is not None:
@@ -319,12 +332,34 @@ def run_hosts_check(args: argparse.Namespace) -> int:
                 trusted_python(extra.python, repo, name)
     specs = resolve_hosts(names, ssh_config=args.ssh_config, extras=extras)
     bad = False
+    color = wanted(args.color, sys.stdout) and not args.json
+    found = []
     for result in check_hosts(specs, accept_new=args.accept_new, default_setup=setup):
-        for item in result.items:
-            mark = "ok " if item.ok else "BAD"
-            print(f"[{result.host}] {mark} {item.name}: {item.message}", flush=True)
+        found.append(result)
+        if not args.json:
+            for item in result.items:
+                mark = paint("ok ", "green", color) if item.ok else paint("BAD", "red", color)
+                print(f"[{result.host}] {mark} {item.name}: {item.message}", flush=True)
         bad = bad or not result.ok
-    return EXIT_NOT_EVALUATED if bad else EXIT_CLEAN
+    code = EXIT_NOT_EVALUATED if bad else EXIT_CLEAN
+    if args.json:
+        import json
+
+        doc = {
+            "exit_code": code,
+            "hosts": [
+                {
+                    "host": r.host,
+                    "ok": r.ok,
+                    "host_key_fingerprint": r.host_key_fingerprint,
+                    "error_kind": r.error_kind,
+                    "checks": [{"name": i.name, "ok": i.ok, "message": i.message} for i in r.items],
+                }
+                for r in found
+            ],
+        }
+        print(json.dumps(doc, indent=2), flush=True)
+    return code
 
 
 def _hosts_repo(given: Path | None) -> tuple[Path | None, bool]:

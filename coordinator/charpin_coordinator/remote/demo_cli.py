@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from charpin_runner.colors import add_color_option
 from charpin_runner.errors import EXIT_CLEAN, UsageError
 
 from charpin_coordinator.remote.demo import build_demo_repo, explain
@@ -37,6 +38,10 @@ def add_parsers(sub: Any) -> None:
     """Register `charpin-remote demo`."""
     parser = sub.add_parser(
         "demo",
+        exit_codes=(
+            "0 the demo caught the drift and the patch it planted, 1 it missed one (a bug: "
+            "please report it), 64 usage or configuration error, 130 interrupted"
+        ),
         help="the built-in tour: an example repository checked with --hosts local,clean",
         description=(
             "Build a small example repository (an invoice exporter with pins, tests, a fixture "
@@ -60,6 +65,7 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument(
         "--no-verify", action="store_true", help="skip the second act (an agent's patch verified)"
     )
+    add_color_option(parser)
     parser.set_defaults(handler=run_demo)
 
 
@@ -79,7 +85,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"  running: charpin-remote run --repo {demo.path} --hosts {_HOSTS}", flush=True)
         outcome = _run(demo.path, run_id)
         # The folder is removed with the example unless --keep.
-        emit(outcome, show_folder=args.keep)
+        emit(outcome, show_folder=args.keep, color=args.color)
         report, code = outcome.report, outcome.exit_code
         receipts = [(o.label, o.receipt) for o in outcome.outcomes if o.receipt is not None]
         lines = explain(report, receipts)

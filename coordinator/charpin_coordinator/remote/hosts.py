@@ -3,7 +3,9 @@
 Turns `--hosts a,b` into HostSpecs: `local` and `clean` are built in and never looked up; every
 other name is resolved through ssh_config (HostName, Port, User, IdentityFile, IdentitiesOnly,
 UserKnownHostsFile, GlobalKnownHostsFile, ProxyJump) and gets its `[tool.charpin.hosts.NAME]`
-extras. Host names are only ever looked up, never put into a shell.
+extras. Where OpenSSH is installed, `ssh -G` reads the config (openssh.py: Include, Match,
+canonicalisation, tokens); only without it does paramiko's parser. Host names are only ever
+looked up, never put into a shell.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import msgspec
 from charpin_runner.envinfo import looks_secret
 from charpin_runner.errors import ConfigError, UsageError
 
+from charpin_coordinator.remote import openssh
+from charpin_coordinator.remote.openssh import Options
+
 if TYPE_CHECKING:  # paramiko costs ~0.2 s to import: load it only when a name needs ssh_config
     from paramiko.config import SSHConfig
 
@@ -31,6 +36,8 @@ SYSTEM_SSH_CONFIG: Final = Path("/etc/ssh/ssh_config")
 DEFAULT_USER_KNOWN_HOSTS: Final = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS: Final = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 MAX_JUMP_DEPTH: Final = 8
+# resolve_hosts(ssh=AUTO): `ssh -G` when an OpenSSH client is on PATH, else paramiko's parser.
+AUTO: Final = "auto"
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -157,17 +164,19 @@ def resolve_hosts(
     *,
     ssh_config: Path | None = None,
     extras: Mapping[str, HostExtras] | None = None,
+    ssh: str | None = AUTO,
 ) -> list[HostSpec]:
     """Resolve box names in order; built-ins come back as HostSpec(builtin=True) for the caller.
 
-    Raises UsageError for a name no ssh_config `Host` block matches (a bare `*` does not count)
-    and ConfigError for an unreadable config file.
+    ssh: the OpenSSH client whose `ssh -G` reads the config (AUTO: the one on PATH; None:
+    paramiko's parser). Raises UsageError for a name no ssh_config block names (beyond those
+    for every host) and ConfigError for an unreadable config file.
     """
     extras = extras or {}
     if ssh_config is not None and not ssh_config.is_file():
         raise UsageError(f"--ssh-config {ssh_config}: no such file; give an existing ssh_config")
-    files = ssh_config_files(ssh_config)
-    loaded: tuple[SSHConfig, list[str]] | None = None
+    client = openssh.find_ssh() if ssh == AUTO else ssh
+    reader: _Reader | None = None
     specs = []
     for name in names:
         extra = extras.get(name, HostExtras())
@@ -178,20 +187,113 @@ def resolve_hosts(
             # Made for the run: its address, user, key and host key come from provision.
             specs.append(HostSpec(name=name, extras=extra))
             continue
-        if loaded is None:  # only SSH names pay for paramiko and the config files
-            loaded = _load(files)
-        config, patterns = loaded
-        if not _named_in(name, patterns):
-            searched = ", ".join(str(f) for f in files)
-            known = [*BUILTIN_BOXES, *(p for p in patterns if not any(c in p for c in "*?!"))]
-            close = difflib.get_close_matches(name, known, n=2, cutoff=0.6)
-            hint = f"did you mean {' or '.join(close)}? Otherwise add " if close else "add "
-            raise UsageError(
-                f"unknown host {name!r}: no Host block matches it in {searched}; {hint}"
-                f"`Host {name}` with a HostName there, or pass --ssh-config FILE"
-            )
-        specs.append(_resolve(config, name, extra=extra, stack=()))
+        openssh.check_name(name)
+        if reader is None:  # only SSH names pay for paramiko or ssh -G and the config files
+            reader = _OpenSsh(client, ssh_config) if client else _Paramiko(ssh_config)
+        if not reader.names(name):
+            raise UsageError(reader.unknown(name))
+        specs.append(_resolve(reader, name, extra=extra, stack=()))
     return specs
+
+
+class _Reader:
+    """One way of reading ssh_config: options per name, and whether a block names it."""
+
+    files: list[Path]
+    how: str
+
+    def options(self, name: str, user: str | None, port: int | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def names(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def identity_files(self, opts: Mapping[str, Any], name: str) -> tuple[str, ...]:
+        return tuple(str(Path(p).expanduser()) for p in opts.get("identityfile", []))
+
+    def unknown(self, name: str) -> str:
+        searched = ", ".join(str(f) for f in self.files)
+        patterns = [p for f in self.files for p in _host_patterns_of(f)]
+        known = [*BUILTIN_BOXES, *(p for p in patterns if not any(c in p for c in "*?!"))]
+        close = difflib.get_close_matches(name, known, n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? Otherwise add " if close else "add "
+        return (
+            f"unknown host {name!r}: {self.how} in {searched}; {hint}"
+            f"`Host {name}` with a HostName there, or pass --ssh-config FILE"
+        )
+
+
+class _OpenSsh(_Reader):
+    """`ssh -G`: what `ssh NAME` would use, Include and Match included."""
+
+    def __init__(self, ssh: str, config: Path | None) -> None:
+        self.ssh, self.config = ssh, config
+        if config is not None:
+            self.files = [config]
+        else:
+            self.files = [openssh.home_dir() / ".ssh" / "config", SYSTEM_SSH_CONFIG]
+        self.how = (
+            "ssh -G finds no Host or Match block for it beyond those for every host "
+            "(Includes followed)"
+        )
+        self._seen: dict[tuple[str, str | None, int | None], Options] = {}
+
+    def _ssh_g(self, name: str, user: str | None = None, port: int | None = None) -> Options:
+        key = (name, user, port)
+        if key not in self._seen:  # one `ssh -G` per name: names() and options() share it
+            self._seen[key] = openssh.resolve(
+                self.ssh, name, config=self.config, user=user, port=port
+            )
+        return self._seen[key]
+
+    def options(self, name: str, user: str | None, port: int | None) -> dict[str, Any]:
+        got = self._ssh_g(name, user, port)
+        opts: dict[str, Any] = {k: v[0] for k, v in got.items()}
+        opts["identityfile"] = list(openssh.identity_files(got, name=name))
+        return opts
+
+    def identity_files(self, opts: Mapping[str, Any], name: str) -> tuple[str, ...]:
+        return tuple(opts.get("identityfile", []))
+
+    def names(self, name: str) -> bool:
+        return openssh.is_named(name, self._ssh_g(name), self._ssh_g(openssh.PROBE))
+
+
+class _Paramiko(_Reader):
+    """paramiko's parser, for machines without OpenSSH: no Include, Match host only."""
+
+    def __init__(self, config: Path | None) -> None:
+        self.files = ssh_config_files(config)
+        self.how = "no Host block matches it (OpenSSH is not installed: Include is not read)"
+        self.parsed, self.patterns = _load(self.files)
+
+    def options(self, name: str, user: str | None, port: int | None) -> dict[str, Any]:
+        return dict(self.parsed.lookup(name))
+
+    def names(self, name: str) -> bool:
+        return _named_in(name, self.patterns)
+
+
+def _host_patterns_of(path: Path, depth: int = 0) -> list[str]:
+    """Host patterns of a config file and of the files it Includes (for "did you mean")."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    found = _host_patterns(text)
+    if depth >= MAX_JUMP_DEPTH:
+        return found
+    for line in text.splitlines():
+        match = re.match(r"\s*include(?:\s*=\s*|\s+)(.+)", line, re.IGNORECASE)
+        if not match:
+            continue
+        for word in match.group(1).split():
+            pattern = Path(word).expanduser()
+            if not pattern.is_absolute():  # OpenSSH: relative to ~/.ssh (or /etc/ssh)
+                pattern = path.parent / pattern
+            for included in sorted(pattern.parent.glob(pattern.name)):
+                found += _host_patterns_of(included, depth + 1)
+    return found
 
 
 def _load(files: Sequence[Path]) -> tuple[SSHConfig, list[str]]:
@@ -247,7 +349,7 @@ def _named_in(name: str, patterns: Sequence[str]) -> bool:
 
 
 def _resolve(
-    config: SSHConfig,
+    config: _Reader,
     name: str,
     *,
     extra: HostExtras,
@@ -258,7 +360,7 @@ def _resolve(
     if name in stack or len(stack) >= MAX_JUMP_DEPTH:
         chain = " -> ".join((*stack, name))
         raise ConfigError(f"ProxyJump loops or nests too deep ({chain}); fix the ssh config")
-    opts = config.lookup(name)
+    opts = config.options(name, user, port)
     hostname = str(opts.get("hostname", name))
     if not hostname or "@" in hostname or any(ch.isspace() for ch in hostname):
         raise ConfigError(
@@ -288,7 +390,7 @@ def _resolve(
         hostname=hostname,
         port=resolved_port,
         user=user or str(opts.get("user") or _local_user()),
-        identity_files=tuple(str(Path(p).expanduser()) for p in opts.get("identityfile", [])),
+        identity_files=config.identity_files(opts, name),
         identities_only=str(opts.get("identitiesonly", "no")).lower() == "yes",
         user_known_hosts=_files(opts.get("userknownhostsfile"), DEFAULT_USER_KNOWN_HOSTS),
         global_known_hosts=_files(opts.get("globalknownhostsfile"), DEFAULT_GLOBAL_KNOWN_HOSTS),

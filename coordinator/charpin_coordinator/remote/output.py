@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from charpin_runner.colors import wanted
 from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
 
 from charpin_coordinator.redact import Redactor
@@ -24,9 +25,11 @@ def emit(
     markdown: Path | None = None,
     junit: Path | None = None,
     show_folder: bool = True,
+    color: str = "auto",
 ) -> None:
     """Print a run's report (text, JSON, or Markdown when markdown is `-`) and write the extra
-    report files asked for. The run folder's line goes to stderr when stdout is Markdown."""
+    report files asked for. The run folder's line goes to stderr when stdout is Markdown.
+    color: --color's value (colors.wanted decides, NO_COLOR and FORCE_COLOR included)."""
     report = result.report
     markdown_out = markdown is not None and str(markdown) == "-"
     if markdown and not markdown_out:
@@ -40,7 +43,7 @@ def emit(
         if show_folder:
             sys.stderr.write(f"run folder: {shown_path(result.folder)}\n")
     else:
-        sys.stdout.write(render_text(report, color=sys.stdout.isatty()))
+        sys.stdout.write(render_text(report, color=wanted(color, sys.stdout)))
         if show_folder:
             sys.stdout.write(f"run folder: {shown_path(result.folder)}\n")
     sys.stdout.flush()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from charpin_runner.colors import add_color_option, paint, wanted
 from charpin_runner.errors import EXIT_CLEAN, UsageError
 
 from charpin_coordinator.gitcmd import repo_root
@@ -16,6 +17,9 @@ from charpin_coordinator.remote.cli import add_box_options
 from charpin_coordinator.remote.hosts import parse_host_list
 
 MAX_PATCH_BYTES = 64 * 1024 * 1024
+# The FILE of --markdown that means standard output.
+STDOUT = Path("-")
+_VERDICT_STYLE = {"ACCEPT": "green", "REJECT": "red", "INCOMPLETE": "yellow"}
 
 
 def add_parsers(sub: Any) -> None:
@@ -23,6 +27,8 @@ def add_parsers(sub: Any) -> None:
     verify = sub.add_parser(
         "verify",
         help="judge a patch: run base and base+patch on every box and gate the difference",
+        exit_codes="0 ACCEPT; bits OR-ed: 2 REJECT, 4 a box not evaluated, 8 integrity, "
+        "16 INCOMPLETE; 64 usage or configuration error, 130 interrupted",
         description="Apply the patch to the base commit (never to your working tree), run both "
         "commits on every box with the base's configuration, and judge: ACCEPT (exit 0), REJECT "
         "(bit 2) or INCOMPLETE (bit 16, or 4 when a box was not evaluated).",
@@ -43,7 +49,16 @@ def add_parsers(sub: Any) -> None:
         help="functions a patch may change (default 1)",
     )
     add("--json", action="store_true", help="print the verify report as JSON")
-    add("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown")
+    add(
+        "--markdown",
+        type=Path,
+        nargs="?",
+        const=STDOUT,
+        metavar="FILE",
+        help="also write the report as Markdown to FILE; `-` or no FILE prints it instead of "
+        "the text report, as `run --markdown` and `compare --markdown` do",
+    )
+    add_color_option(verify)
     add("--junit", type=Path, metavar="FILE", help="also write JUnit XML")
     add(
         "--bundle",
@@ -64,6 +79,7 @@ def add_parsers(sub: Any) -> None:
     check = sub.add_parser(
         "verify-bundle",
         help="re-check an evidence bundle's hashes, bindings and signature; print its verdict",
+        exit_codes="0 the bundle checks (whatever its verdict), 8 refused, 64 usage or configuration error, 130 interrupted",
         description="Exit 0 when the bundle checks (its verdict is printed, whatever it is), 8 when "
         "it is refused, 64 on usage errors.",
     )
@@ -72,6 +88,7 @@ def add_parsers(sub: Any) -> None:
         "--allowed-signers", type=Path, metavar="FILE", help="require a signature by one of these"
     )
     check.add_argument("--json", action="store_true", help="print the bundle's verify report")
+    add_color_option(check)
     check.set_defaults(handler=run_verify_bundle)
 
 
@@ -86,6 +103,11 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-changed {args.max_changed} must be 0 or more")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs} must be at least 1; e.g. --jobs 4")
+    if args.json and args.markdown == STDOUT:
+        raise UsageError(
+            "--json and --markdown - would both print on stdout; write one to a file, e.g. "
+            "--markdown verdict.md"
+        )
     if args.sign and not args.bundle:
         raise UsageError("--sign signs the evidence bundle: pass --bundle FILE too")
     repo = repo_root(args.repo)
@@ -117,7 +139,7 @@ def run_verify(args: argparse.Namespace) -> int:
     for note in result.notes:  # --reuse-base: what was not reused, and why
         print(f"charpin-remote: note: {note}", file=sys.stderr)
     report = result.report
-    if args.markdown:
+    if args.markdown and args.markdown != STDOUT:
         write_file(args.markdown, render_markdown(report).encode())
     if args.junit:
         write_file(args.junit, render_junit(report))
@@ -125,8 +147,15 @@ def run_verify(args: argparse.Namespace) -> int:
         _bundle(args.bundle, result, args.sign)
     if args.json:
         sys.stdout.buffer.write(encode(report))
+    elif args.markdown == STDOUT:
+        sys.stdout.write(render_markdown(report))
+        sys.stderr.write(f"verify folder: {shown_path(result.folder)}\n")
     else:
-        sys.stdout.write(render_text(report))
+        text = render_text(report)
+        if wanted(args.color, sys.stdout):
+            verdict = f"· {report.verdict} ·"
+            text = text.replace(verdict, paint(verdict, _VERDICT_STYLE[report.verdict], True), 1)
+        sys.stdout.write(text)
         sys.stdout.write(f"verify folder: {shown_path(result.folder)}\n")
     sys.stdout.flush()
     from charpin_coordinator.remote.output import warn_disposals
@@ -150,8 +179,13 @@ def run_verify_bundle(args: argparse.Namespace) -> int:
         signer = "signed (not checked: pass --allowed-signers)"
     else:
         signer = "unsigned"
+    outcome = paint(
+        checked.outcome,
+        _VERDICT_STYLE.get(checked.outcome, "bold"),
+        wanted(args.color, sys.stdout),
+    )
     print(
-        f"{args.bundle}: checks · {checked.outcome} · base {str(manifest.get('base'))[:12]} · "
+        f"{args.bundle}: checks · {outcome} · base {str(manifest.get('base'))[:12]} · "
         f"patched {str(manifest.get('patched'))[:12]} · {signer}"
     )
     return EXIT_CLEAN

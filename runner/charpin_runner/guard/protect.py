@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from charpin_runner import tomlread
 from charpin_runner.config import CharpinConfig, from_table
 from charpin_runner.errors import ConfigError
 
@@ -104,12 +105,8 @@ def split_pyproject(data: bytes | None) -> Split:
 
 def _parse_toml(text: str) -> dict[str, Any] | None:
     try:
-        import tomllib  # novermin - 3.11+; older Pythons compare the table's text
-    except ImportError:
-        return None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        return tomlread.loads(text)
+    except (ImportError, ValueError):  # no parser (3.9 without tomli) or broken TOML
         return None
 
 

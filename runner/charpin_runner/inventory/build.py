@@ -8,12 +8,12 @@ module it imports.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from charpin_runner import config as charpin_config
+from charpin_runner import tomlread
 from charpin_runner.config import CharpinConfig
 from charpin_runner.inventory.model import Entry, Inventory, sort_entries
 from charpin_runner.inventory.pinned import read_targets
@@ -28,9 +28,17 @@ MAX_SOURCE_BYTES = 4 * 1024 * 1024  # generated monsters are not entry points
 
 def load_config(repo: Path) -> tuple[CharpinConfig, list[str]]:
     """`[tool.charpin]`, or the defaults with a note where this Python cannot read TOML."""
-    if sys.version_info < (3, 11) and (repo / "pyproject.toml").is_file():
-        note = "pyproject.toml: [tool.charpin] not read (no tomllib before 3.11); defaults used"
-        return CharpinConfig(), [note]
+    pyproject = repo / "pyproject.toml"
+    if not tomlread.available() and pyproject.is_file():
+        try:
+            if charpin_config.could_hold_charpin(pyproject.read_bytes()):
+                note = (
+                    "pyproject.toml: [tool.charpin] not read (no tomllib before 3.11 and no "
+                    "tomli: pip install charpin-runner); defaults used"
+                )
+                return CharpinConfig(), [note]
+        except OSError:
+            pass
     return charpin_config.load(repo), []
 
 

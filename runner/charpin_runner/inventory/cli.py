@@ -26,6 +26,10 @@ def add_parsers(sub: Any) -> None:
     """Register `charpin inventory`."""
     parser = sub.add_parser(
         "inventory",
+        exit_codes=(
+            "0 listed, written or matching, 2 --check found drift, 64 usage or "
+            "configuration error, 130 interrupted"
+        ),
         help="list entry points, env reads and import-time side effects",
         description=(
             "List what the repository can run (main blocks, __main__.py, console scripts), the "

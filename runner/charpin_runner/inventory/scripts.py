@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from charpin_runner import tomlread
+
 
 @dataclass(frozen=True)
 class Script:
@@ -71,13 +73,11 @@ def _line_of(text: str, name: str) -> int:
 
 
 def _from_pyproject(text: str, file: str) -> tuple[list[Script], str | None]:
-    try:
-        import tomllib  # novermin - 3.11+; older boxes read the script tables line by line
-    except ImportError:
+    if not tomlread.available():  # 3.9 without tomli: the script tables line by line
         return _from_pyproject_lines(text, file)
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        doc = tomlread.loads(text)
+    except ValueError as exc:
         return [], f"{file}: not read ({exc}); fix the TOML syntax"
     tables = [
         _dig(doc, "project", "scripts"),

@@ -11,6 +11,7 @@ or already migrated folder name, 8 for an unreadable golden.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -22,6 +23,7 @@ from typing import Any, Optional
 
 from charpin_runner import config as charpin_config
 from charpin_runner import owndir, sandbox
+from charpin_runner.colors import add_color_option, paint, wanted
 from charpin_runner.config import PinsConfig
 from charpin_runner.errors import (
     EXIT_CLEAN,
@@ -60,7 +62,15 @@ _ALL = "*"
 
 def add_parsers(sub: Any) -> None:
     """Register `charpin pins` with its record, check, cover and migrate subcommands."""
-    parser = sub.add_parser("pins", help="record, replay and cover characterization pins")
+    parser = sub.add_parser(
+        "pins",
+        exit_codes=(
+            "0 green or done, 2 drift or a refused pin, 8 a corrupt pins file or golden "
+            "(each subcommand's --help says which), 64 usage or configuration error, "
+            "130 interrupted"
+        ),
+        help="record, replay and cover characterization pins",
+    )
     pins_sub = parser.add_subparsers(dest="pins_command", metavar="SUBCOMMAND")
     parser.set_defaults(handler=lambda _args: _usage(parser))
 
@@ -77,7 +87,15 @@ def add_parsers(sub: Any) -> None:
             "here; the default), required, off",
         )
 
-    rec = pins_sub.add_parser("record", help="run the current program as the oracle, write pins")
+    rec = pins_sub.add_parser(
+        "record",
+        exit_codes=(
+            "0 written, 2 an unstable pin or a crash the pin does not expect was refused, "
+            "64 usage or configuration error, 130 interrupted (a golden kept without "
+            "--update, --update under CI, an unknown id, no pins)"
+        ),
+        help="run the current program as the oracle, write pins",
+    )
     common(rec)
     rec.add_argument(
         "--update",
@@ -116,6 +134,10 @@ def add_parsers(sub: Any) -> None:
 
     mig = pins_sub.add_parser(
         "migrate",
+        exit_codes=(
+            "0 migrated (or nothing to do), 8 an unreadable golden, 64 usage or "
+            "configuration error, 130 interrupted (an unknown or already migrated folder)"
+        ),
         help="rewrite case folders whose argv.json holds only the arguments (older charpin) "
         "as whole process vectors",
     )
@@ -129,16 +151,34 @@ def add_parsers(sub: Any) -> None:
     )
     mig.set_defaults(handler=_migrate)
 
-    chk = pins_sub.add_parser("check", help="replay every pin; exit 0 green, 2 drift")
+    chk = pins_sub.add_parser(
+        "check",
+        exit_codes=(
+            "0 green, 2 drift (or --prove found a blind spot), 8 a corrupt pins file, 64 "
+            "usage or configuration error, 130 interrupted (no pins)"
+        ),
+        help="replay every pin; exit 0 green, 2 drift",
+    )
     common(chk)
     chk.add_argument("--prove", action="store_true", help="also prove the comparator can fail")
+    chk.add_argument(
+        "--json",
+        action="store_true",
+        help="print each pin's result as JSON on stdout (the human report goes to stderr)",
+    )
+    add_color_option(chk)
     chk.add_argument(
         "--id", dest="ids", action="append", default=[], help="only this pin (repeatable)"
     )
     chk.set_defaults(handler=_check)
 
     cov = pins_sub.add_parser(
-        "cover", help="per repository module: lines and branches the pins run, and which pins"
+        "cover",
+        exit_codes=(
+            "0 reported, 64 usage or configuration error, 130 interrupted (no coverage.py, "
+            "a --file or --entry that is not a repository file)"
+        ),
+        help="per repository module: lines and branches the pins run, and which pins",
     )
     common(cov)
     cov.add_argument(
@@ -184,7 +224,32 @@ def _load(args: argparse.Namespace) -> tuple[Path, PinsConfig]:
 
 
 def _check(args: argparse.Namespace) -> int:
+    if not args.json:
+        return _check_report(args)[0]
+    # The JSON is the only thing on stdout; what a person reads goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+        status, outcomes = _check_report(args)
+    doc = {
+        "exit_code": status,
+        "passed": sum(1 for o in outcomes if not o.classes),
+        "drifted": sum(1 for o in outcomes if o.classes),
+        "pins": [
+            {
+                "id": o.pin.case.id,
+                "status": "drifted" if o.classes else "passed",
+                "failure_class": o.failure_class if o.classes else None,
+                "classes": list(o.classes),
+            }
+            for o in outcomes
+        ],
+    }
+    print(json.dumps(doc, indent=2))
+    return status
+
+
+def _check_report(args: argparse.Namespace) -> tuple[int, list[Outcome]]:
     repo, config = _load(args)
+    color = wanted(args.color, sys.stdout)
     pin_set = load_pins(repo, config)
     require_pins(pin_set, config)
     pins = pin_set.all
@@ -207,14 +272,15 @@ def _check(args: argparse.Namespace) -> int:
             print(f"warning: {crash_note.text}", file=sys.stderr)
     failed = [o for o in outcomes if o.classes]
     for outcome in failed:
-        _report_failure(outcome, write_actual(actual_root, outcome), repo, config)
+        _report_failure(outcome, write_actual(actual_root, outcome), repo, config, color)
     passed = len(outcomes) - len(failed)
-    print(f"pins: {passed} passed, {len(failed)} drifted, of {len(outcomes)}")
+    drifted = paint(f"{len(failed)} drifted", "red", color) if failed else "0 drifted"
+    print(f"pins: {passed} passed, {drifted}, of {len(outcomes)}")
     status = EXIT_DRIFT if failed else EXIT_CLEAN
     if args.prove:
         status |= _prove(outcomes, pins)
         status |= _prove_not_crashes(crashes)
-    return status
+    return status, outcomes
 
 
 @dataclass(frozen=True)
@@ -315,9 +381,13 @@ def _prove(outcomes: list[Outcome], pins: list[Pin]) -> int:
     return EXIT_CLEAN
 
 
-def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConfig) -> None:
+def _report_failure(
+    outcome: Outcome, folder: Path, repo: Path, config: PinsConfig, color: bool = False
+) -> None:
     case = outcome.pin.case
-    print(f"DRIFT {case.id} [{outcome.failure_class}]  classes: {', '.join(outcome.classes)}")
+    print(
+        f"{paint('DRIFT', 'red', color)} {case.id} [{outcome.failure_class}]  classes: {', '.join(outcome.classes)}"
+    )
     print(f"  argv: {list(case.argv)}  cwd: $WORK/{case.cwd_rel}  env: {sorted(case.env)}")
     run = outcome.run
     if run.error:

@@ -591,7 +591,7 @@ def _exchange(
             if stopping is None and now >= deadline:
                 timed_out = True
             if stopping is None and (timed_out or out.seen > out.limit or err.seen > err.limit):
-                _signal(proc.pid, signal.SIGTERM)
+                _signal(_supervisor(proc.pid), signal.SIGTERM)
                 stopping = now + _STOP_BOUND
             if stopping is not None and now >= stopping:
                 # The supervisor did not finish: kill it; _conclude cleans up after it.
@@ -620,6 +620,25 @@ def _exchange(
                 else:
                     sink.add(data)
     return out, err, bytes(status), timed_out
+
+
+def _supervisor(pid: int) -> int:
+    """The supervisor's own pid: pid itself, or under bubblewrap (which does not pass signals
+    on) the first process below it that is not bwrap."""
+    seen = 0
+    todo = [pid]
+    while todo and seen < 16:
+        current = todo.pop(0)
+        seen += 1
+        try:
+            with open(f"/proc/{current}/comm") as handle:
+                name = handle.read().strip()
+        except OSError:
+            return pid
+        if name != "bwrap":
+            return current
+        todo += reaper.children(current)
+    return pid
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -213,7 +213,8 @@ def test_no_pins_says_how_to_record_the_first(tmp_path: Path, charpin: Runner) -
 
 
 def test_timeout_is_a_failure_class(recorded: Path, charpin: Runner) -> None:
-    (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 1.0\n")
+    # Long enough for the sandbox and the interpreter to start on a loaded machine.
+    (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 5.0\n")
     edit(
         recorded / "legacy_sync.py",
         "def sync(names):",
@@ -350,7 +351,8 @@ def test_repo_change_no_pin_repeats_is_a_warning(tmp_path: Path, charpin: Runner
 
 
 def test_timed_out_pin_still_names_its_repo_writes(recorded: Path, charpin: Runner) -> None:
-    (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 1.0\n")
+    # Long enough for the sandbox and the interpreter to start on a loaded machine.
+    (recorded / "pyproject.toml").write_text("[tool.charpin.pins]\ntimeout = 5.0\n")
     edit(
         recorded / "legacy_sync.py",
         "def sync(names):",

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from charpin_runner import tomlread
 from charpin_runner.config import PinsConfig
 from charpin_runner.errors import IntegrityError, UsageError
 from charpin_runner.inventory.scripts import find_scripts
@@ -209,16 +210,13 @@ def status_ok(status: Status, code: int) -> bool:
 
 def _toml(path: Path, label: str) -> dict[str, Any]:
     try:
-        import tomllib  # novermin - Python >= 3.11 only
-    except ImportError:  # pragma: no cover - Python < 3.11
+        return tomlread.loads(path.read_bytes().decode("utf-8"))
+    except ImportError:  # pragma: no cover - Python < 3.11 without tomli
         raise UsageError(
-            f"{label}: this Python cannot read TOML (no tomllib before 3.11); run the import "
-            "with Python >= 3.11"
+            f"{label}: this Python cannot read TOML (no tomllib before 3.11, no tomli); "
+            "`pip install charpin-runner` brings tomli, or run the import with Python >= 3.11"
         ) from None
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise IntegrityError(f"{label}: cannot read TOML ({exc})") from None
 
 
