@@ -9,6 +9,7 @@ failing test: the attack wins if its marker file appears or the failure goes uns
 
 from __future__ import annotations
 
+import os
 import py_compile
 import sys
 from pathlib import Path
@@ -171,3 +172,39 @@ def test_hosts_check_never_starts_a_python_named_by_the_uncommitted_tree(
     err = capsys.readouterr().err
     assert "uncommitted" in err, err
     assert code == 0, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shadow", ["sitecustomize.py", "usercustomize.py"])
+def test_a_pin_never_loads_a_checkout_file_before_its_target(shadow: str, tmp_path: Path) -> None:
+    """The pins' bootstrap is charpin's code too: a sitecustomize.py or usercustomize.py of the
+    tree (loaded at interpreter start when the checkout was on PYTHONPATH) must not run before
+    it, nor at all. The target still imports the repository's own modules. (The modules the
+    bootstrap imports are imported before the checkout is on sys.path, which matters on 3.9,
+    where runpy is not a frozen module.)"""
+    import subprocess
+
+    marker = tmp_path / "shadow-ran"
+    repo = repo_with(
+        tmp_path / "repo",
+        {
+            shadow: _marking(marker),
+            "mypkg/__init__.py": "",
+            "mypkg/__main__.py": "import mypkg.core\nprint(mypkg.core.VALUE)\n",
+            "mypkg/core.py": "VALUE = 'ok'\n",
+        },
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "runner"))
+    for args in (["record", "--id", "m", "--", "-m", "mypkg"], ["check"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "charpin_runner", "pins", *args],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok" in (repo / "pins.jsonl").read_text()
+    assert not marker.exists(), f"the checkout's {shadow} ran inside a pin"

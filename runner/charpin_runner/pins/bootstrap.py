@@ -24,10 +24,25 @@ that reads LANG itself still has it recorded.
 from __future__ import annotations
 
 ENV_VAR = "CHARPIN_ENV_READS"
+# The pins' pythonpath folders, for the bootstrap to put on sys.path once it has started.
+PATH_VAR = "CHARPIN_PINS_PATH"
 
 BOOTSTRAP = r"""
 import os, sys
 _out = os.environ.pop("CHARPIN_ENV_READS", None)
+_pins_path = os.environ.pop("CHARPIN_PINS_PATH", None)
+# What the modes below use, imported now, while the repository is not on sys.path: a file of
+# the checkout named like one of them must not stand in for it.
+import atexit
+if sys.argv[1:2] == ["-m"]:
+    import runpy
+if _pins_path is not None:
+    # The pins' pythonpath, where PYTHONPATH would put it, but only now: at interpreter start
+    # nothing of the checkout ran (no sitecustomize.py of its folders). Children get it too.
+    _given = os.environ.get("PYTHONPATH")
+    _dirs = [d for d in _pins_path.split(os.pathsep) if d]
+    sys.path[1:1] = _dirs
+    os.environ["PYTHONPATH"] = os.pathsep.join(_dirs + ([_given] if _given else []))
 _argv0 = None
 if sys.argv[1:2] == ["--argv0"]:
     _argv0 = sys.argv[2]
@@ -77,7 +92,6 @@ def _flush():
 
 def _main():
     # No runpy: it pulls in pkgutil, typing and re, which would double a small CLI's start-up.
-    import atexit
     script = sys.argv[1]
     del sys.argv[0]
     if _argv0 is not None:
@@ -146,7 +160,6 @@ def _crash(skip):
 
 def _run_module():
     # `python -m MODULE ARGS...`: sys.argv[0] and sys.path[0] as Python sets them for -m.
-    import atexit, runpy
     name = sys.argv[2]
     sys.argv[:] = ["-m" if _argv0 is None else _argv0] + sys.argv[3:]
     sys.path[0] = os.getcwd()
@@ -173,7 +186,6 @@ def _run_module():
 
 def _run_entry():
     # A console script as its installed wrapper runs it: sys.exit(ATTR()), argv[0] its name.
-    import atexit
     target, name = sys.argv[2], sys.argv[3]
     sys.argv[:] = [name] + sys.argv[4:]
     del sys.path[0]  # the wrapper's own folder (bin/) holds no modules

@@ -36,7 +36,7 @@ from charpin_runner.config import PinsConfig
 from charpin_runner.errors import RunError
 from charpin_runner.inventory.scripts import find_scripts
 from charpin_runner.pins import reaper
-from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR
+from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR, PATH_VAR
 from charpin_runner.pins.model import Case, Observation, OutFile
 from charpin_runner.pins.normalise import Places, compile_rules, normalise_all
 from charpin_runner.pins.targets import Start, pythonpath_dirs, start
@@ -390,7 +390,11 @@ def _prepare(
     env.update(case.env)
     if perturbation is not None:
         env.update(perturbation.env)
-    if session.pythonpath:
+    if session.pythonpath and records_env:
+        # Through the bootstrap, which puts them on sys.path (and PYTHONPATH, for children)
+        # after it started: nothing of the checkout runs at interpreter start (#18 item 3).
+        env[PATH_VAR] = os.pathsep.join(session.pythonpath)
+    elif session.pythonpath:
         # The repository's own packages first, then whatever the pin or env_base gave.
         given = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
         env["PYTHONPATH"] = os.pathsep.join([*session.pythonpath, *given])
