@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import io
 import json
-import os
 import re
-import shutil
-import stat
-import subprocess
 import tarfile
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 from charpin_runner.errors import IntegrityError, UsageError
-from charpin_runner.receipt import MAX_RECEIPT_BYTES
 
 from charpin_coordinator.receipts import load_receipt
+from charpin_coordinator.verify import bundlesign, bundletar
+from charpin_coordinator.verify.bundlesign import SIGNING_NAMESPACE
+from charpin_coordinator.verify.bundletar import MANIFEST, MAX_BUNDLE_BYTES, SIGNATURE
 
 # The format, `charpin-verify-bundle-v1`: an uncompressed POSIX (ustar) tar whose members have
 # fixed metadata and a fixed order, so the same evidence always gives the same bytes:
@@ -32,33 +26,13 @@ from charpin_coordinator.receipts import load_receipt
 #   manifest.json.sig               optional: `ssh-keygen -Y sign -n charpin-verify-v1` of it
 # The manifest is the only thing signed; every other member is reached through its hashes.
 FORMAT = "charpin-verify-bundle-v1"
-SIGNING_NAMESPACE = "charpin-verify-v1"
-MAX_BUNDLE_BYTES = 512 * 1024 * 1024
-MANIFEST = "manifest.json"
-SIGNATURE = "manifest.json.sig"
-_CAPS = {
-    MANIFEST: 4 * 1024 * 1024,
-    SIGNATURE: 64 * 1024,  # an SSHSIG armour is a few KiB even for the largest RSA keys
-    "patch.diff": 64 * 1024 * 1024,  # verify refuses patches over this size
-    "verdict.json": 64 * 1024 * 1024,
-}
 _MAX_MEMBERS = 4096
 _OUTCOMES = ("ACCEPT", "REJECT", "INCOMPLETE")
 _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256 repositories
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_MTIME = 946684800  # 2000-01-01: a fixed time keeps the bytes reproducible
-_KEYGEN_SECONDS = 120  # long enough to type a key's passphrase at ssh-keygen's prompt
 _BLOCK = 512
 _MANIFEST_KEYS = {"format", "base", "patched", "patch_sha256", "outcome", "verdict_sha256", "boxes"}
 _BOX_KEYS = {"label", "folder", "base_sha256", "patched_sha256"}
-_KINDS = {
-    tarfile.SYMTYPE: "a symbolic link",
-    tarfile.LNKTYPE: "a hard link",
-    tarfile.CHRTYPE: "a character device",
-    tarfile.BLKTYPE: "a block device",
-    tarfile.FIFOTYPE: "a FIFO",
-    tarfile.DIRTYPE: "a directory",
-}
 
 Signature = Literal["absent", "unchecked", "verified"]
 
@@ -100,16 +74,16 @@ def write_bundle(path: Path, evidence: Evidence, *, sign_key: Path | None = None
     members = _members_of(evidence)
     _check_members(members, f"refusing to write {path}", "the verify evidence is inconsistent")
     if sign_key is not None:
-        members[SIGNATURE] = _sign(members[MANIFEST], sign_key)
+        members[SIGNATURE] = bundlesign.sign(members[MANIFEST], sign_key)
     if (
-        sum(_BLOCK + _padded(len(d)) for d in members.values()) + tarfile.RECORDSIZE
+        sum(_BLOCK + bundletar.padded(len(d)) for d in members.values()) + tarfile.RECORDSIZE
         > MAX_BUNDLE_BYTES
     ):
         raise UsageError(
             f"refusing to write {path}: over the {MAX_BUNDLE_BYTES}-byte bundle cap; "
             "verify fewer boxes"
         )
-    _write_new(path, members)
+    bundletar.write_new(path, members)
 
 
 def read_bundle(path: Path, *, allowed_signers: Path | None = None) -> Checked:
@@ -118,7 +92,7 @@ def read_bundle(path: Path, *, allowed_signers: Path | None = None) -> Checked:
         raise UsageError(
             f"cannot read {allowed_signers}; pass an allowed_signers file (see ssh-keygen(1))"
         )
-    members = _read_tar(path)
+    members = bundletar.read_tar(path)
     where = str(path)
     signature = members.pop(SIGNATURE, None)
     signer: str | None = None
@@ -129,7 +103,7 @@ def read_bundle(path: Path, *, allowed_signers: Path | None = None) -> Checked:
                 f"{where}: the bundle is not signed and allowed signers were given; refused"
             )
         # First: with a signer list, nothing in a manifest nobody trusted is worth reading.
-        signer = _verify(members.get(MANIFEST, b""), signature, allowed_signers, where)
+        signer = bundlesign.verify_signature(members.get(MANIFEST, b""), signature, allowed_signers, where)
         state = "verified"
     manifest = _check_members(members, where, "the bundle is refused")
     outcome = str(manifest["outcome"])
@@ -175,157 +149,13 @@ def _folder(number: int, label: str) -> str:
     return f"boxes/{number:03d}-{slug}"
 
 
-def _padded(size: int) -> int:
-    return -(-size // _BLOCK) * _BLOCK
-
-
-def _write_new(path: Path, members: dict[str, bytes]) -> None:
-    """Write a temporary file, then hard-link it into place: link() fails when `path` exists,
-    so a bundle (the evidence someone may already hold) is never replaced, even in a race."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        handle = open(tmp, "xb")  # closed by the `with` below, before the link
-    except OSError as exc:
-        raise UsageError(f"cannot write {tmp}: {exc.strerror}; pass a writable path") from exc
-    try:
-        with handle:
-            _tar_into(handle, members)
-            handle.flush()
-            os.fsync(handle.fileno())
-        _place(tmp, path)
-    except FileExistsError:
-        raise UsageError(
-            f"{path} already exists; bundles are never overwritten, pick another"
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}; pass a writable path") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _place(tmp: Path, path: Path) -> None:
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise
-    except OSError as exc:
-        # Some file systems (FAT, some network mounts) have no hard links: check, then rename.
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
-            raise
-        if path.exists():
-            raise FileExistsError(path) from None
-        os.rename(tmp, path)
-
-
-def _tar_into(handle: IO[bytes], members: dict[str, bytes]) -> None:
-    with tarfile.open(fileobj=handle, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, _MTIME
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            # BytesIO over bytes shares their buffer: a big receipt is not copied.
-            tar.addfile(info, io.BytesIO(data))
-
-
-# Reading: the archive is untrusted input, read into memory member by member, never extracted.
-
-
-def _read_tar(path: Path) -> dict[str, bytes]:
-    try:
-        with open(path, "rb") as handle:
-            facts = os.fstat(handle.fileno())
-            if not stat.S_ISREG(facts.st_mode):
-                raise IntegrityError(f"{path}: not a regular file; pass an evidence bundle")
-            if facts.st_size > MAX_BUNDLE_BYTES:
-                raise IntegrityError(
-                    f"{path}: {facts.st_size} bytes is over the {MAX_BUNDLE_BYTES}-byte bundle "
-                    "cap; refused"
-                )
-            return _members_read(handle, facts.st_size, str(path))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}; pass an evidence bundle") from exc
-
-
-def _members_read(handle: IO[bytes], size: int, where: str) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    try:
-        with tarfile.open(fileobj=handle, mode="r:") as tar:
-            for member in _each(tar, where):
-                name = _safe_name(member, where)
-                if name in out:
-                    # tarfile would let the second copy win: a reviewer's tar tool may show the
-                    # first. Two readings of one bundle must not exist.
-                    raise IntegrityError(f"{where}: member {name!r} appears twice; refused")
-                out[name] = _read_member(tar, member, name, where)
-            end = tar.offset
-    except (tarfile.TarError, EOFError) as exc:
-        raise IntegrityError(
-            f"{where}: not a readable tar archive ({_line(str(exc))}), truncated or damaged; "
-            "refused"
-        ) from None
-    _check_end(handle, end, size, where)
-    return out
-
-
-def _each(tar: tarfile.TarFile, where: str) -> Iterator[tarfile.TarInfo]:
-    count = 0
-    while (member := tar.next()) is not None:
-        count += 1
-        if count > _MAX_MEMBERS:
-            raise IntegrityError(f"{where}: over {_MAX_MEMBERS} members; refused")
-        yield member
-
-
-def _safe_name(member: tarfile.TarInfo, where: str) -> str:
-    name = member.name
-    parts = name.split("/")
-    if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
-        raise IntegrityError(f"{where}: member name {name!r} is unsafe (absolute or ..); refused")
-    if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-        kind = _KINDS.get(member.type, f"of tar type {member.type!r}")
-        raise IntegrityError(f"{where}: member {name!r} is {kind}, not a regular file; refused")
-    return name
-
-
-def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, where: str) -> bytes:
-    cap = _cap(name)
-    if member.size > cap:
-        raise IntegrityError(f"{where}: member {name!r} is over its {cap}-byte cap; refused")
-    handle = tar.extractfile(member)
-    data = handle.read() if handle is not None else b""
-    if len(data) != member.size:
-        raise IntegrityError(f"{where}: member {name!r} is truncated; refused")
-    return data
-
-
-def _cap(name: str) -> int:
-    if name.startswith("boxes/"):
-        return MAX_RECEIPT_BYTES
-    return _CAPS.get(name, _CAPS[SIGNATURE])  # an unknown member is refused later anyway
-
-
-def _check_end(handle: IO[bytes], end: int, size: int, where: str) -> None:
-    """A tar ends with two zero blocks. tarfile stops quietly at a header cut short, so a bundle
-    cut at a member boundary would read as one with fewer members: the end marker is demanded."""
-    handle.seek(end)
-    tail = handle.read(size - end)
-    if len(tail) < 2 * _BLOCK or tail.strip(b"\0"):
-        raise IntegrityError(
-            f"{where}: the archive is truncated or has data after its last member; refused"
-        )
-
-
-# Checking: the same checks for writing and reading, so a bundle written always reads back.
-
-
 def _check_members(members: dict[str, bytes], where: str, fate: str) -> dict[str, Any]:
     raw = members.get(MANIFEST)
     if raw is None:
         raise IntegrityError(f"{where}: no {MANIFEST}; not a charpin evidence bundle, {fate}")
     for name, data in members.items():
-        if len(data) > _cap(name):
-            raise IntegrityError(f"{where}: {name} is over its {_cap(name)}-byte cap; {fate}")
+        if len(data) > bundletar.cap(name):
+            raise IntegrityError(f"{where}: {name} is over its {bundletar.cap(name)}-byte cap; {fate}")
     manifest = _manifest(raw, where, fate)
     expected = _expected(manifest)
     extra, missing = sorted(set(members) - set(expected)), sorted(set(expected) - set(members))
@@ -454,89 +284,6 @@ def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 # Signatures: OpenSSH's own ssh-keygen -Y, run with files in a private temporary folder.
-
-
-def _keygen() -> str:
-    found = shutil.which("ssh-keygen")
-    if found is None:
-        raise UsageError(
-            "ssh-keygen is not on PATH; install openssh-client to sign or check bundles"
-        )
-    return found
-
-
-def _run(argv: list[str], data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    try:
-        # No stdin when there is no data: ssh-keygen would read a passphrase or message from it.
-        return subprocess.run(
-            argv,
-            input=data,
-            stdin=subprocess.DEVNULL if data is None else None,
-            capture_output=True,
-            timeout=_KEYGEN_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise UsageError(
-            f"ssh-keygen -Y {argv[2]} did not finish in {_KEYGEN_SECONDS}s; "
-            "use an unencrypted key or one in ssh-agent"
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"cannot run ssh-keygen: {exc.strerror}; install openssh-client") from exc
-
-
-def _sign(manifest: bytes, key: Path) -> bytes:
-    if not key.is_file():
-        raise UsageError(f"cannot read signing key {key}; pass an SSH private key file")
-    with tempfile.TemporaryDirectory(prefix="charpin-sign-") as tmp:
-        message = Path(tmp) / MANIFEST
-        message.write_bytes(manifest)
-        argv = [_keygen(), "-Y", "sign", "-f", str(key), "-n", SIGNING_NAMESPACE, str(message)]
-        done = _run(argv)
-        signature = Path(tmp) / SIGNATURE
-        if done.returncode != 0 or not signature.is_file():
-            raise UsageError(
-                f"ssh-keygen cannot sign with {key}: {_reason(done.stderr)}; "
-                "pass a usable SSH private key (mode 600)"
-            )
-        return signature.read_bytes()
-
-
-def _verify(manifest: bytes, signature: bytes, allowed: Path, where: str) -> str:
-    with tempfile.TemporaryDirectory(prefix="charpin-check-") as tmp:
-        sig = Path(tmp) / SIGNATURE
-        sig.write_bytes(signature)
-        keygen = _keygen()
-        # find-principals only matches the signature's key against the list; -Y verify then
-        # checks the signature over the manifest's bytes, the namespace and the key's options.
-        found = _run([keygen, "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)])
-        principals = found.stdout.decode("utf-8", "replace").split("\n")
-        principal = principals[0].strip()
-        if found.returncode != 0 or not principal:
-            raise IntegrityError(
-                f"{where}: the signature is by no key in {allowed} ({_reason(found.stderr)}); "
-                "refused"
-            )
-        done = _run(
-            [keygen, "-Y", "verify", "-f", str(allowed), "-I", principal,
-             "-n", SIGNING_NAMESPACE, "-s", str(sig)],
-            manifest,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise IntegrityError(
-                f"{where}: the signature does not verify for {principal!r} over {MANIFEST} "
-                f"({_reason(done.stderr)}); refused"
-            )
-        return principal
-
-
-def _reason(stderr: bytes) -> str:
-    """ssh-keygen's one line worth showing: not its @@@ banners, prompts or progress lines."""
-    for line in stderr.decode("utf-8", "replace").splitlines():
-        text = " ".join(line.replace("Enter passphrase:", "").split())
-        if text and not text.startswith("@") and not text.startswith(("Signing", "Write")):
-            return text[:300]
-    return "no reason given"
 
 
 def _line(text: str) -> str:

@@ -75,7 +75,11 @@ def add_parsers(sub: Any) -> None:
         help="reuse the base receipts of an earlier verify of the same base, config and boxes",
     )
     add_box_options(verify, folders="verify folders go here (default <repo>/.charpin/verify)")
-    verify.set_defaults(handler=run_verify)
+    # The sandbox is part of the verdict: on Linux a box without bubblewrap is not evaluated
+    # unless the reviewer asks for less (--sandbox auto or off), and the verdict then says so.
+    verify.set_defaults(
+        handler=run_verify, sandbox="required" if sys.platform.startswith("linux") else "auto"
+    )
     check = sub.add_parser(
         "verify-bundle",
         help="re-check an evidence bundle's hashes, bindings and signature; print its verdict",
@@ -185,10 +189,26 @@ def run_verify_bundle(args: argparse.Namespace) -> int:
         wanted(args.color, sys.stdout),
     )
     print(
-        f"{args.bundle}: checks · {outcome} · base {str(manifest.get('base'))[:12]} · "
-        f"patched {str(manifest.get('patched'))[:12]} · {signer}"
+        f"{args.bundle}: checks · {outcome}{_unconfined(checked.verdict)} · base "
+        f"{str(manifest.get('base'))[:12]} · patched {str(manifest.get('patched'))[:12]} · {signer}"
     )
     return EXIT_CLEAN
+
+
+def _unconfined(verdict: bytes) -> str:
+    """The bundle's own word on its patched runs' sandbox (the verify report's boxes)."""
+    import json
+
+    try:
+        boxes = json.loads(verdict).get("boxes", [])
+    except (ValueError, AttributeError):
+        return ""
+    loose = [
+        str(b.get("label"))
+        for b in boxes
+        if isinstance(b, dict) and b.get("sandbox") and b.get("sandbox") != "bwrap-confined"
+    ]
+    return f" (patched run NOT confined on {', '.join(loose)})" if loose else ""
 
 
 def _bundle(path: Path, result: Any, sign: Path | None) -> None:

@@ -13,18 +13,24 @@ from charpin_coordinator.verify import gitread
 
 # Files that declare dependencies as a whole: any change to one is a dependency change.
 _WHOLE_FILES = (
-    "requirements*.txt",
-    "requirements*.in",
-    "constraints*.txt",
-    "constraints*.in",
+    "*requirements*.txt",
+    "*requirements*.in",
+    "*constraints*.txt",
+    "*constraints*.in",
     "setup.py",
     "Pipfile",
     "Pipfile.lock",
+    "Pipfile*",
     "poetry.lock",
     "uv.lock",
     "pdm.lock",
     "pylock.toml",
     "pylock.*.toml",
+    "environment.yml",
+    "environment.yaml",
+    "environment*.yml",
+    "environment*.yaml",
+    "conda-lock.yml",
 )
 # pyproject.toml: (keys, label, one entry per sub-key). Labels name the table as TOML does.
 _PYPROJECT = (

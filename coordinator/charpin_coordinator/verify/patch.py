@@ -79,17 +79,17 @@ def from_patch(repo: Path, data: bytes, base_rev: str | None) -> Patched:
         base = _resolve(repo, base_rev, f"--base {_shown(base_rev)} is not a commit in {repo}")
     elif trailer := _BASE_COMMIT.search(data):
         sha = trailer.group(1).decode("ascii")
-        base = _resolve(
-            repo, sha, f"the patch's base-commit {sha} is not in {repo}; fetch it or pass --base"
-        )
-        # The base decides the configuration and what is protected, and the patch is untrusted:
-        # it may name a base only from the reviewer's own history (HEAD and its ancestors).
+        # The base decides the configuration, the tests and what is protected, and the patch is
+        # untrusted: it names the base only when that is HEAD. An older commit (without the
+        # test that catches it, say) is the reviewer's to choose, with --base.
         head = _resolve(repo, "HEAD", f"{repo} has no commit at HEAD; pass --base")
-        if git_run(repo, "merge-base", "--is-ancestor", base, head).returncode != 0:
+        if not head.startswith(sha) and sha != head:
             raise UsageError(
-                f"the patch names base-commit {sha[:12]}, which is not HEAD or one of its "
-                "ancestors; pass --base to confirm the base you trust"
+                f"the patch names base-commit {sha[:12]}, which is not HEAD ({head[:12]}); "
+                f"verify judges against a base you choose: pass --base {sha[:12]} if you trust "
+                "it, or rebase the patch onto HEAD"
             )
+        base = head
     else:
         base = _resolve(repo, "HEAD", f"{repo} has no commit at HEAD; commit first or pass --base")
     digest = hashlib.sha256(data).hexdigest()

@@ -27,9 +27,10 @@ MAX_DETAIL = 40
 def render_text(report: VerifyReport) -> str:
     """The verdict, the boxes, the gate table and why, for a terminal."""
     out = [
-        f"charpin verify · {report.verdict} · base {report.base[:12]} · patched "
-        f"{report.patched[:12]} · patch sha256 {report.patch_sha256[:12]}",
+        f"charpin verify · {report.verdict}{_unconfined(report)} · base {report.base[:12]} · "
+        f"patched {report.patched[:12]} · patch sha256 {report.patch_sha256[:12]}",
         f"  the patch changes {len(report.changed)} path(s): {_few(report.changed)}",
+        *_judged_with(report),
         *(
             [f"  base receipts reused from verify {shown(report.base_from)}"]
             if report.base_from
@@ -39,7 +40,12 @@ def render_text(report: VerifyReport) -> str:
         "boxes",
     ]
     for box in report.boxes:
-        out.append(f"  {shown(box.label)}: base {box.base} · patched {box.patched} · {box.verdict}")
+        own = f" · own tests {box.own}" if box.own else ""
+        sandbox = f" · {box.sandbox}" if box.sandbox else ""
+        out.append(
+            f"  {shown(box.label)}: base {box.base} · patched {box.patched}{own}{sandbox} · "
+            f"{box.verdict}"
+        )
     for missing in report.not_evaluated:
         out.append(
             f"  {shown(missing.label)}: NOT EVALUATED ({missing.kind}): {shown(missing.reason)}"
@@ -69,14 +75,40 @@ def render_text(report: VerifyReport) -> str:
     return "\n".join(out)
 
 
+def _unconfined(report: VerifyReport) -> str:
+    """The verdict's own warning when a patched run was not confined: a green verify that ran
+    the agent's code without the sandbox is not the same claim."""
+    loose = [b.label for b in report.boxes if b.sandbox and b.sandbox != "bwrap-confined"]
+    return f" (patched run NOT confined on {', '.join(map(shown, loose))})" if loose else ""
+
+
+def _judged_with(report: VerifyReport) -> list[str]:
+    """What the patched code was judged with (the base's test side) and what the patch did to
+    the tests, for the head of every report."""
+    side = report.test_side
+    if side is None:
+        return []
+    roots = ", ".join(f"{shown(r)}/" for r in side.roots) or "no test folder"
+    lines = [
+        f"  judged with the base's tests: {roots}; harness {_few(side.harness) or 'none'}"
+        f" ({side.files} file(s) of the base put back)"
+    ]
+    for what, items in (("edits", side.edited), ("deletes", side.deleted), ("adds", side.added)):
+        if items:
+            lines.append(f"  the patch {what} {len(items)} test file(s): {_few(items)}")
+    return lines
+
+
 def render_markdown(report: VerifyReport) -> str:
     """The report as a pull-request comment."""
     icon = {"ACCEPT": "✅", "REJECT": "❌", "INCOMPLETE": "⚠️"}[report.verdict]
     out = [
-        f"## {icon} charpin verify: {report.verdict}",
+        f"## {icon} charpin verify: {report.verdict}{_md(_unconfined(report))}",
         "",
         f"Base `{report.base[:12]}` · patched `{report.patched[:12]}` · patch sha256 "
         f"`{report.patch_sha256[:12]}` · {len(report.changed)} path(s) changed",
+        "",
+        *(_md(line.strip()) + "  " for line in _judged_with(report)),
         "",
     ]
     columns = _columns(report)

@@ -180,25 +180,26 @@ def test_a_format_patch_series_applies_in_order_changing_one_file_twice(repo: Pa
     assert git(repo, "rev-parse", f"{made.patched}^") == base  # one commit, not a replayed series
 
 
-def test_the_base_commit_trailer_is_the_default_base(repo: Path) -> None:
+def test_the_base_commit_trailer_is_used_only_when_it_is_head(repo: Path) -> None:
+    """#18 item 5: the base is the reviewer's. A trailer naming HEAD is fine; one naming an
+    older commit (which may lack the test that catches the patch) is refused unless --base
+    names it."""
     base = git(repo, "rev-parse", "HEAD")
     edit(repo, {"src/app.py": APP.replace("line 5\n", "line five\n").encode()})
     git(repo, "commit", "-qam", "agent")
     series = run(repo, "format-patch", "--stdout", f"--base={base}", "-1")
     assert f"base-commit: {base}".encode() in series
     git(repo, "reset", "-q", "--hard", base)
-    edit(repo, {"src/app.py": APP.replace("line 5\n", "line 5 upstream\n").encode()})
+    assert patch.from_patch(repo, series, None).base == base  # the trailer is HEAD
+    edit(repo, {"src/app.py": APP.replace("line 1\n", "line 1 upstream\n").encode()})
     git(repo, "commit", "-qam", "main moved on")
-    made = patch.from_patch(repo, series, None)
-    assert made.base == base
-    # An explicit --base wins over the trailer (and here the patch no longer fits).
-    with pytest.raises(UsageError, match="the patch does not apply to"):
-        patch.from_patch(repo, series, "HEAD")
-    # A trailer naming a commit this repository lacks says so.
+    with pytest.raises(UsageError, match=rf"base-commit {base[:12]}, which is not HEAD"):
+        patch.from_patch(repo, series, None)
+    # The reviewer can choose that older base, on purpose.
+    assert patch.from_patch(repo, series, base).base == base
+    # A trailer naming a commit this repository lacks is refused the same way.
     foreign = series.replace(base.encode(), b"1" * 40)
-    with pytest.raises(
-        UsageError, match=f"base-commit {'1' * 40} is not in .*; fetch it or pass --base"
-    ):
+    with pytest.raises(UsageError, match="which is not HEAD"):
         patch.from_patch(repo, foreign, None)
 
 
@@ -434,6 +435,6 @@ def test_a_base_commit_outside_the_reviewers_history_is_refused(repo: Path) -> N
     git(repo, "checkout", "-q", base)
     # The base decides the configuration: an untrusted patch may not pick one the reviewer
     # never had.
-    with pytest.raises(UsageError, match="not HEAD or one of its ancestors; pass --base"):
+    with pytest.raises(UsageError, match="which is not HEAD .*; .*pass --base"):
         patch.from_patch(repo, series, None)
     assert patch.from_patch(repo, series, side).base == side  # confirmed by the reviewer
