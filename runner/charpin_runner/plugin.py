@@ -74,6 +74,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="date used for ledger expiry (default: today, UTC).",
     )
     group.addoption(
+        "--charpin-cover",
+        dest="charpin_cover",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="record which lines of this repository file run (repeatable; charpin verify).",
+    )
+    group.addoption(
+        "--charpin-capture",
+        dest="charpin_capture",
+        metavar="PATH::QUALNAME",
+        action="append",
+        default=[],
+        help="record the arguments of calls into this function (repeatable; charpin verify).",
+    )
+    group.addoption(
         "--charpin-root",
         dest="charpin_root",
         metavar="DIR",

@@ -95,6 +95,11 @@ class ProbeData:
     collect_errors: list[tuple[str, str]] = field(default_factory=list)
     # Per test id that ran subtests: their counts and the first failing ones.
     subtests: dict[str, Subtests] = field(default_factory=dict)
+    # verify: the calls captured into the changed functions, and what ran of the changed files.
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # function, test, args
+    lines: dict[str, list[int]] = field(default_factory=dict)
+    not_kept: dict[str, dict[str, int]] = field(default_factory=dict)
+    untraced: str = ""
 
 
 def read_probe(path: Path) -> ProbeData:
@@ -314,6 +319,31 @@ def _read_unverified(data: ProbeData, record: dict[str, Any]) -> None:
         data.unverified.append(nodeid)
 
 
+def _read_call(data: ProbeData, record: dict[str, Any]) -> None:
+    data.calls.append((_str(record["function"]), _str(record.get("test", "")), _str(record["args"])))
+
+
+def _read_coverage(data: ProbeData, record: dict[str, Any]) -> None:
+    lines = record.get("lines", {})
+    if not isinstance(lines, dict):
+        raise TypeError("lines must be an object")
+    for path, numbers in lines.items():
+        if not isinstance(numbers, list) or not all(isinstance(n, int) for n in numbers):
+            raise TypeError("lines must be lists of ints")
+        merged = set(data.lines.get(_str(path), [])) | {n for n in numbers if n > 0}
+        data.lines[path] = sorted(merged)
+    dropped = record.get("dropped", {})
+    if isinstance(dropped, dict):
+        for function, counts in dropped.items():
+            if isinstance(counts, dict):
+                mine = data.not_kept.setdefault(_str(function), {})
+                for why, count in counts.items():
+                    mine[_str(why)] = mine.get(why, 0) + _count(count)
+    unavailable = record.get("unavailable", "")
+    if isinstance(unavailable, str) and unavailable:
+        data.untraced = unavailable
+
+
 def _read_collect_error(data: ProbeData, record: dict[str, Any]) -> None:
     data.collect_errors.append((_str(record["nodeid"]), _str(record.get("text", ""))))
 
@@ -329,6 +359,8 @@ _HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {
     "finish": _read_finish,
     "failing": _read_failing,
     "unverified": _read_unverified,
+    "call": _read_call,
+    "coverage": _read_coverage,
 }
 
 

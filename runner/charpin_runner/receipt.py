@@ -280,6 +280,61 @@ class FrozenRerun:
 
 
 @dataclass(frozen=True)
+class CapturedCall:
+    """One call into a function a patch changes, as the tests made it (`verify`, added in 0.4):
+    its arguments pickled at the moment of the call, base64. Data for the replay only: the
+    coordinator never unpickles it."""
+
+    id: str  # function#n, stable within the receipt
+    function: str  # path::qualname
+    test: str  # the test during which it was made
+    args: str
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """What the tests' code did in the files a patch changes (`verify`, added in 0.4): the
+    lines that ran per file, the captured calls, and per function the calls not kept
+    ("budget": over the budget of calls or bytes; "uncopyable": arguments that cannot be
+    copied). unavailable says why nothing was traced (another tracer held sys.settrace)."""
+
+    lines: dict[str, list[int]] = field(default_factory=dict)
+    calls: list[CapturedCall] = field(default_factory=list)
+    dropped: dict[str, dict[str, int]] = field(default_factory=dict)
+    unavailable: str = ""
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One captured call replayed on both versions, or why it was not compared."""
+
+    id: str
+    function: str
+    test: str
+    # "same", "differs", or "not compared"; why says what differed or why it was not compared.
+    verdict: str
+    why: str = ""
+    base: str = ""  # what the base version did: its result, exception, output (one line each)
+    patched: str = ""
+    perturbation: str = ""  # the conditions it differed under ("" the plain replay)
+
+
+@dataclass(frozen=True)
+class Differential:
+    """Base and patched run side by side on the same inputs (`verify`, added in 0.4): the
+    captured calls replayed, generated inputs, and the pins under perturbations."""
+
+    replayed: list[Replayed] = field(default_factory=list)
+    generated: list[Replayed] = field(default_factory=list)
+    # Functions whose calls could not be compared at all, with why (no call captured, none
+    # copyable, the function is gone).
+    not_compared: dict[str, str] = field(default_factory=dict)
+    seed: int = 0
+    wall_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Receipt:
     """One box, one run. Outcomes are as reported by the test process; the rest is measured.
 
@@ -310,6 +365,9 @@ class Receipt:
     imported: Optional[Imported] = None
     # The frozen tests' side run, when asked for with --include-frozen (added in 0.3).
     frozen_rerun: Optional[FrozenRerun] = None
+    # verify's tracing of the changed files and its differential replay (added in 0.4).
+    tracing: Optional[Tracing] = None
+    differential: Optional[Differential] = None
 
 
 def to_dict(receipt: Receipt) -> dict[str, Any]:

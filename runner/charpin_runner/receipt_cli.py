@@ -129,6 +129,29 @@ def add_parsers(sub: Any) -> None:
         help="read a 64-hex-digit key from stdin and write PATH.seal next to the receipt "
         "(how charpin-remote knows the receipt came from this runner)",
     )
+    add(
+        "--cover",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="record which lines of this repository file the tests run (verify's change "
+        "coverage; repeatable)",
+    )
+    add(
+        "--capture",
+        metavar="PATH::QUALNAME",
+        action="append",
+        default=[],
+        help="record the arguments of the tests' calls into this function (verify's captured "
+        "calls; repeatable)",
+    )
+    add(
+        "--differential",
+        metavar="JOB",
+        type=Path,
+        help="after the run, replay the calls of this job (from verify) on the base and this "
+        "version side by side (the receipt's differential)",
+    )
     add("-q", "--quiet", action="store_true", help="do not print the summary")
     parser.set_defaults(handler=run, accepts_extra=True)
 
@@ -255,9 +278,27 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
         replay_pins=not args.no_pins,
         prepared=bool(args.prepared),
         include_frozen=bool(args.include_frozen),
+        cover=[_repo_path(p, "--cover") for p in args.cover],
+        capture=[_capture(p) for p in args.capture],
+        differential=args.differential,
         watch_given=watch_given(repo, Path(args.config_json) if args.config_json else None),
         extra=extra,
     )
+
+
+def _repo_path(value: str, flag: str) -> str:
+    """A repository-relative path as the probe records it (no `..`, not absolute)."""
+    parts = value.split("/")
+    if not value or value.startswith("/") or ".." in parts or "\0" in value:
+        raise UsageError(f"{flag} {value!r} is not a path inside the repository; e.g. {flag} src/app.py")
+    return value
+
+
+def _capture(value: str) -> str:
+    path, sep, qualname = value.partition("::")
+    if not sep or not qualname:
+        raise UsageError(f"--capture {value!r} is not PATH::QUALNAME; e.g. --capture app.py::total")
+    return f"{_repo_path(path, '--capture')}::{qualname}"
 
 
 def _checked(value: str | None, pattern: re.Pattern[str], flag: str, allowed: str) -> str | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import charpin_runner
-from charpin_runner import envinfo, fixtures, frozen_side, gitstate, owndir
+from charpin_runner import envinfo, fixtures, frozen_side, gitstate, owndir, probehost, testcommand
 from charpin_runner import sandbox as sandbox_mod
 from charpin_runner.config import BASE_ENV_ALLOW, DEFAULT_LEDGER, DEFAULT_WATCH, CharpinConfig
 from charpin_runner.errors import CharpinError, ConfigError, UsageError
@@ -34,7 +34,9 @@ from charpin_runner.receipt import (
     OUTCOMES,
     REPO_IN_IDS,
     SCHEMA_VERSION,
+    CapturedCall,
     Collection,
+    Differential,
     Environment,
     Exit,
     FrozenRerun,
@@ -44,6 +46,7 @@ from charpin_runner.receipt import (
     Pins,
     Quarantine,
     Receipt,
+    Tracing,
     Tree,
 )
 from charpin_runner.testrun import run_tests
@@ -77,6 +80,12 @@ class Request:
     sandbox: sandbox_mod.Plan = field(default_factory=lambda: sandbox_mod.Plan(mode="off"))
     # Run the ledger's frozen tests on the side once everything else is measured (FrozenRerun).
     include_frozen: bool = False
+    # verify: repository files whose executed lines are recorded, and functions (PATH::QUALNAME)
+    # whose calls are captured (Tracing).
+    cover: list[str] = field(default_factory=list)
+    capture: list[str] = field(default_factory=list)
+    # verify's judged run: the calls to replay on the base and patched versions (a job file).
+    differential: Path | None = None
 
 
 def produce(request: Request, stop: StopFlag) -> Receipt:
@@ -121,6 +130,11 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
             frozen_side.Measured(run.probe, fx_after, git_after, moved),
             began,
         )
+    compared = None
+    if request.differential is not None and not interrupted and not run.ending.timed_out:
+        # After every measurement above, like the side run: the replays are evidence of their
+        # own, and nothing they do can reach what was measured.
+        compared = _differential(request, guard)
     if ledger_sha and run.probe.ledger.sha256 and run.probe.ledger.sha256 != ledger_sha:
         reasons.append("the ledger the probe read differs from the one charpin hashed before")
     ending = Ending(run.ending.status, run.ending.timed_out, interrupted, request.timeout)
@@ -151,10 +165,42 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         ),
         subtests={k: v for k, v in sorted(run.probe.subtests.items()) if k in run.probe.outcomes},
         frozen_rerun=side,
+        tracing=_tracing(request, run.probe),
+        differential=compared,
     )
     # Test ids, conftest paths and notes come from the child and may carry undecodable bytes
     # from file names; the receipt must be valid UTF-8 JSON, so they get the paths' escape.
     return cast(Receipt, utf8_safe(receipt))
+
+
+def _differential(request: Request, guard: sandbox_mod.Guard) -> Differential:
+    """Replay the job's captured calls on the base and the patched version (differ/)."""
+    from charpin_runner.differ import replay
+
+    assert request.differential is not None
+    job = replay.load_job(request.differential)
+    env = testcommand.environment()
+    first = (request.config.test_command or [sys.executable])[0]
+    python = probehost.interpreter_of(first, request.repo, env.get("PATH", os.defpath))
+    return replay.run(request.repo, job, sandbox_mod.again(guard), python, env)
+
+
+def _tracing(request: Request, probe: ProbeData) -> Tracing | None:
+    """What the probe traced of the files verify asked about, calls numbered per function."""
+    if not request.cover and not request.capture:
+        return None
+    numbered: dict[str, int] = {}
+    calls = []
+    for function, test, args in probe.calls:
+        numbered[function] = numbered.get(function, 0) + 1
+        calls.append(CapturedCall(f"{function}#{numbered[function]}", function, test, args))
+    untraced = probe.untraced or ("" if probe.started else "the probe did not start")
+    return Tracing(
+        lines={p: probe.lines.get(p, []) for p in sorted(set(request.cover) | set(probe.lines))},
+        calls=calls,
+        dropped=probe.not_kept,
+        unavailable=untraced,
+    )
 
 
 def _sandbox_name(guard: sandbox_mod.Guard) -> str:

@@ -28,6 +28,8 @@ def build(
     extra: list[str],
     *,
     frozen_only: bool = False,
+    cover: list[str] | None = None,
+    capture: list[str] | None = None,
 ) -> list[str]:
     """The full test command line: the configured command plus the probe plugin's options.
     record is the probe's --charpin-receipt value (a path, or `fd:N` for the parent's pipe)."""
@@ -44,6 +46,8 @@ def build(
             argv.append("--charpin-frozen-only")
     day = today or datetime.now(timezone.utc).date().isoformat()
     argv += [f"--charpin-today={day}", "-p", "no:cacheprovider"]
+    argv += [f"--charpin-cover={path}" for path in cover or []]
+    argv += [f"--charpin-capture={target}" for target in capture or []]
     return argv + list(config.pytest_args) + list(extra)
 
 

@@ -61,6 +61,9 @@ def run_tests(
                 request.today,
                 request.extra,
                 frozen_only=frozen_only,
+                # The side run of frozen tests is no evidence about the patch's code.
+                cover=[] if frozen_only else request.cover,
+                capture=[] if frozen_only else request.capture,
             )
             env = testcommand.environment()
             path = env.get("PATH", os.defpath)

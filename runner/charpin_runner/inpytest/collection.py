@@ -179,6 +179,11 @@ class CollectionHooks(ProbeState):
         tampered = data.get("tampered")
         if tampered:
             self._emit({"kind": "tampered", "what": [f"{gateway}: {w}" for w in tampered]})
+        for line in data.get("calls", []):
+            if isinstance(line, dict):
+                self._emit(line)
+        if isinstance(data.get("coverage"), dict):
+            self._emit(data["coverage"])
         if "selected" in data:
             self.worker_data[gateway] = data
 

@@ -9,14 +9,24 @@ from typing import Any
 
 import pytest
 
-from charpin_runner.inpytest import channel, collection, outcomes, paths, reports, state
+from charpin_runner.inpytest import (
+    channel,
+    collection,
+    outcomes,
+    paths,
+    reports,
+    state,
+    traced,
+    tracing,
+)
 from charpin_runner.inpytest.collection import CollectionHooks
 from charpin_runner.inpytest.outcomes import _label
 from charpin_runner.inpytest.paths import _conftests, _plugins
 from charpin_runner.inpytest.reports import ReportHooks
+from charpin_runner.inpytest.traced import TracingHooks
 
 
-class Probe(CollectionHooks, ReportHooks):
+class Probe(CollectionHooks, ReportHooks, TracingHooks):
     """Per-run recorder, registered only when --charpin-receipt is given."""
 
     def __init__(self, config: pytest.Config, record: str) -> None:
@@ -28,6 +38,8 @@ class Probe(CollectionHooks, ReportHooks):
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # Before collection imports the code under test: its module-level lines count too.
+        self._start_tracing()
         if self.out is None:
             return  # an xdist worker
         start: dict[str, Any] = {
@@ -43,6 +55,7 @@ class Probe(CollectionHooks, ReportHooks):
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._check_watch()
+        self._finish_tracing()
         tampered = self._tampered()
         if self.is_worker:
             self.worker_out["failing"] = sorted(self.failing)
@@ -97,7 +110,7 @@ class Probe(CollectionHooks, ReportHooks):
 
 # What the probe checks at the end for changes by the code under test (see Probe._tampered):
 # every function and constant table the record depends on, and every method of the probe.
-_MODULES = (outcomes, paths, state, collection, reports, channel)
+_MODULES = (outcomes, paths, state, collection, reports, channel, traced, tracing)
 _GUARDED_STATE = ("seen", "failing", "unverified", "phases")
 
 
