@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from charpin_runner.inpytest import channel
+from charpin_runner.inpytest import channel, traced
 from charpin_runner.inpytest.paths import _posix_rel
 from charpin_runner.inpytest.recorder import Probe
 from charpin_runner.inpytest.state import _ENCODE, COLLECT_ERROR_LINES, REPO_IN_IDS
@@ -104,6 +104,7 @@ if NEW_STYLE:
     def pytest_load_initial_conftests(
         early_config: pytest.Config, parser: pytest.Parser, args: list[str]
     ) -> Generator[None, None, None]:
+        _trace_early(early_config)
         try:
             return (yield)
         except Exception as exc:
@@ -116,9 +117,21 @@ else:  # pragma: no cover - exercised only with pluggy < 1.1
     def pytest_load_initial_conftests(
         early_config: pytest.Config, parser: pytest.Parser, args: list[str]
     ) -> Generator[None, Any, None]:
+        _trace_early(early_config)
         outcome = yield
         if outcome.excinfo is not None:
             _conftest_failed(early_config, outcome.excinfo[1])
+
+
+def _trace_early(early_config: pytest.Config) -> None:
+    """verify's tracing starts before the initial conftests import the code under test."""
+    namespace = early_config.known_args_namespace
+    root = getattr(namespace, "charpin_root", None)
+    if not getattr(namespace, "charpin_receipt", None) or not root:
+        return
+    cover = list(getattr(namespace, "charpin_cover", None) or [])
+    capture = list(getattr(namespace, "charpin_capture", None) or [])
+    traced.start_early(str(Path(early_config.invocation_params.dir, root)), cover, capture)
 
 
 def _conftest_failed(early_config: pytest.Config, exc: BaseException) -> None:

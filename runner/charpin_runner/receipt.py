@@ -317,6 +317,7 @@ class Replayed:
     base: str = ""  # what the base version did: its result, exception, output (one line each)
     patched: str = ""
     perturbation: str = ""  # the conditions it differed under ("" the plain replay)
+    call: str = ""  # the call as the base's replay shows it: `discount(150)`, reprs cut short
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ PYTEST_SIDE = {
     "charpin_runner.plugin",
     *(
         f"charpin_runner.inpytest.{name}"
-        for name in ("collection", "outcomes", "paths", "recorder", "reports", "state", "wrappers")
+        for name in (
+            "collection", "outcomes", "paths", "recorder", "reports", "state", "traced", "wrappers"
+        )
     ),
 }
 EXEMPT = {*PYTEST_SIDE, "charpin_runner.__main__"}
@@ -115,7 +117,8 @@ def test_the_probe_side_imports_only_stdlib_and_pytest() -> None:
         for p in (RUNNER / "charpin_runner" / "inpytest").glob("*.py")
     }
     # Every module of inpytest/ is either stdlib only (checked above) or listed here.
-    assert inside - PYTEST_SIDE <= {"charpin_runner.inpytest.__init__", "charpin_runner.inpytest.channel"}
+    stdlib_only = {"__init__", "channel", "tracing"}
+    assert inside - PYTEST_SIDE <= {f"charpin_runner.inpytest.{name}" for name in stdlib_only}
 
 
 def test_the_check_catches_a_non_stdlib_import(tmp_path: Path) -> None:

@@ -59,6 +59,10 @@ class RunPlan:
     include_frozen: bool = False
     # Secrets of the coordinator's environment, masked in all a box gives back (design §8).
     redactor: Redactor = field(default_factory=lambda: Redactor.from_env(os.environ))
+    # `verify` (#19): what the probe traces, and the differential job for the judged run.
+    cover: Sequence[str] = ()
+    capture: Sequence[str] = ()
+    differential: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -290,11 +294,15 @@ class _Pipeline:
             "key": key,
             "read_only": list(self.target.read_only),
             "hidden": list(self.target.hidden),
+            "cover": list(self.plan.cover),
+            "capture": list(self.plan.capture),
         }
         self.launched = True
         # The agent enforces the deadline itself; this wait only outlives it.
         wait = seconds + GRACE_SECONDS + TERM_WAIT_SECONDS + STEP_SECONDS
-        reply, _ = self._call("launch", fields, timeout=wait, stop=self.stop)
+        reply, _ = self._call(
+            "launch", fields, self.plan.differential, timeout=wait, stop=self.stop
+        )
         ended = str(reply.get("ended"))
         self.out.interrupted = ended == "stopped"
         status = reply.get("status")

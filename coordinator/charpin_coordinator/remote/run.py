@@ -92,6 +92,11 @@ class Options:
     include_frozen: bool = False
     # `verify`: pytest arguments after the configuration's own (the patch's own test files).
     pytest_args_extra: tuple[str, ...] = ()
+    # `verify` (#19): files whose executed lines the probe records, functions whose calls it
+    # captures, and the differential job (calls to replay on base and patched, JSON).
+    cover: tuple[str, ...] = ()
+    capture: tuple[str, ...] = ()
+    differential: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,9 @@ def plan(options: Options) -> Planned:
         patch_sha256=options.patch_sha256,
         confine=options.confine,
         include_frozen=options.include_frozen,
+        cover=options.cover,
+        capture=options.capture,
+        differential=options.differential,
     )
     if ssh_import is not None:
         ssh_import.join()

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from charpin_runner.receipt import PinResult, Receipt
+from charpin_runner.receipt import PinResult, Receipt, Replayed
 
 from charpin_coordinator.report import GateStatus
+from charpin_coordinator.verify.evidence import Found
 from charpin_coordinator.verify.report import (
     WHOLE_PATCH,
     Observation,
@@ -50,6 +51,16 @@ GATE_ACTIONS: dict[VerifyGateName, str] = {
     "Scope": "split the patch: one function body (or an extract from it) per change",
     "Harness awareness": "reject: production code must not look at the harness that judges it",
 }
+# What a reviewer does about a call the two versions answer differently (the differential).
+DIFFERS_ACTION = (
+    "reject, unless the new answer is the goal: then keep the case as a test "
+    "(verify --replay CALL-ID prints one)"
+)
+UNREACHED_ACTION = "add a pin or a test that reaches {where}"
+UNTRACED_ACTION = (
+    "run verify where the tests can be traced (Python 3.12+, or a test command without "
+    "coverage.py's tracer)"
+)
 _RED = ("failed", "error")
 _COMPLETE = ("ok", "failed")
 
@@ -122,12 +133,14 @@ def box_gates(
     patched: Receipt,
     run_gates: Sequence[tuple[str, str]] = (),
     own: Receipt | None = None,
+    found: Found | None = None,
 ) -> Judged:
     """Base against patched on one box. patched: the judged run (the patched code with the
     base's test side); own: the run of the patch's own new or edited tests, when it has any.
     run_gates: the drift gates (Clean tree, Fixture integrity, ...) that failed on the patched
     run but not on the base run, with their detail: what the patched tests did to the box
-    counts against the patch."""
+    counts against the patch. found: the differential evidence of the judged run (None: the
+    patch changes no production Python, or the run was not asked to trace)."""
     health = _base_health(base)
     if health is not None:
         rest = "not judged: " + health
@@ -137,7 +150,9 @@ def box_gates(
     gates = [_gate("Base health", label, "PASS", f"base ok: {_passed(base)} passed")]
     seen: list[Observation] = []
     for rule in (_behaviour, _tests, _quarantine):
-        gate, found = rule(label, base, patched)
+        gate, seen_here = rule(label, base, patched)
+        if rule is _behaviour and found is not None:
+            gate, seen_here = beyond_asserts(label, gate, seen_here, found)
         if rule is _tests:
             extra = [
                 _seen(
@@ -151,11 +166,91 @@ def box_gates(
             ]
             extra += own_tests(label, own) if own is not None else []
             if extra:
-                found += extra
-                gate = _gate("Tests", label, "FAIL", _few([f"{o.item}: {o.what}" for o in found]))
+                seen_here += extra
+                items = [f"{o.item}: {o.what}" for o in seen_here]
+                gate = _gate("Tests", label, "FAIL", _few(items))
         gates.append(gate)
-        seen += found
+        seen += seen_here
     return gates, seen
+
+
+def beyond_asserts(
+    label: str, pins: VerifyGate, seen: list[Observation], found: Found
+) -> tuple[VerifyGate, list[Observation]]:
+    """The Behaviour gate with the differential evidence added to what the pins say: a call the
+    two versions answer differently fails it; a changed statement no test ran (or a run that
+    could not be traced) leaves it INCOMPLETE, never PASS."""
+    compared = found.differential
+    differs = [r for r in compared.replayed if r.verdict == "differs"] if compared else []
+    seen = list(seen) + [_differs(label, r) for r in differs]
+    if seen:
+        ids = [o.item for o in seen]
+        detail = f"green on base, red on patched: {_few(ids)}"
+        if differs:
+            detail = f"{len(differs)} call(s) answered differently: {_few(ids)}"
+            if len(differs) == len(seen):  # only the differential: its own action
+                gate = VerifyGate(
+                    gate="Behaviour", box=label, status="FAIL", detail=detail, action=DIFFERS_ACTION
+                )
+                return gate, seen
+        return _gate("Behaviour", label, "FAIL", detail), seen
+    if found.untraced:
+        detail = f"the changed code could not be traced: {found.untraced}"
+        gate = VerifyGate(
+            gate="Behaviour", box=label, status="INCOMPLETE", detail=detail, action=UNTRACED_ACTION
+        )
+        return gate, seen
+    if found.unreached:
+        where = ", ".join(g.split(" lines ", 1)[0] for g in found.unreached[:3])
+        action = UNREACHED_ACTION.format(where=where)
+        gaps = [
+            Observation(
+                gate="Behaviour",
+                box=label,
+                item=gap.split(" lines ", 1)[0],
+                what=f"changed, and no test ran it: {gap}",
+                action=UNREACHED_ACTION.format(where=gap.split(" lines ", 1)[0]),
+                detail=[],
+            )
+            for gap in found.unreached
+        ]
+        detail = f"changed code no test reached: {_few(found.unreached)}"
+        gate = VerifyGate(
+            gate="Behaviour", box=label, status="INCOMPLETE", detail=detail, action=action
+        )
+        return gate, gaps
+    same = [r for r in compared.replayed if r.verdict == "same"] if compared else []
+    skipped = len(compared.replayed) - len(same) if compared else 0
+    parts = [pins.detail]
+    if compared is not None:
+        part = f"{len(same)} captured call(s) answer the same on both versions"
+        if skipped:
+            part += f" ({skipped} not compared)"
+        parts.append(part)
+    parts.append("every changed line ran")
+    return _gate("Behaviour", label, "PASS", "; ".join(parts)), seen
+
+
+def _differs(label: str, replayed: Replayed) -> Observation:
+    call = replayed.call or replayed.function.replace("::", ":") + "(...)"
+    base, patched = replayed.base, replayed.patched
+    if base.startswith("returned ") and patched.startswith("returned "):
+        patched = patched[len("returned ") :]
+    what = f"{call} {base} on base, {patched} on patched"
+    if replayed.test:
+        what += f" (called from {replayed.test})"
+    if replayed.perturbation:
+        what += f", under {replayed.perturbation}"
+    detail = [f"found by: the base's captured call replayed on both versions ({replayed.why})"]
+    detail.append(f"reproduce: charpin-remote verify --replay {replayed.id}")
+    return Observation(
+        gate="Behaviour",
+        box=label,
+        item=replayed.id,
+        what=what,
+        action=DIFFERS_ACTION,
+        detail=detail,
+    )
 
 
 def verdict(gates: Sequence[VerifyGate], evaluated: int) -> Verdict:
@@ -222,7 +317,9 @@ def _tests(label: str, base: Receipt, patched: Receipt) -> tuple[VerifyGate, lis
         became = fate(patched, test)
         if became != "passed":
             sub = patched.subtests.get(test)
-            failing = f" (failing subtests: {', '.join(sub.failing)})" if sub and sub.failing else ""
+            failing = (
+                f" (failing subtests: {', '.join(sub.failing)})" if sub and sub.failing else ""
+            )
             seen.append(_seen("Tests", label, test, f"passed → {became}{failing}", action))
     passed = {t for t, o in base.outcomes.items() if o == "passed"}
     gone = sorted(set(base.collection.collected) - set(patched.collection.collected) - passed)

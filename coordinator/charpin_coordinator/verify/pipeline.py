@@ -40,11 +40,12 @@ from charpin_coordinator.gitcmd import git_bytes
 from charpin_coordinator.remote.boxrun import Phase
 from charpin_coordinator.remote.run import Options, RunResult, plan, run
 from charpin_coordinator.report import NotEvaluated
-from charpin_coordinator.verify import gates, judged, patch, reuse, static, testside
+from charpin_coordinator.verify import evidence, gates, judged, patch, reuse, static, testside
 from charpin_coordinator.verify.report import (
     VERIFY_REPORT_VERSION,
     WHOLE_PATCH,
     BoxVerdict,
+    Evidence,
     Observation,
     TestSideSummary,
     VerifyGate,
@@ -112,7 +113,12 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     # The judged run: the patched code with the base's test side and protected paths.
     runs = patch.restore_from_base(repo, made, [*protected_paths, *how.restore])
     own_commit = patch.restore_from_base(repo, made, protected_paths) if how.own else ""
-    facts = _facts(repo, made, base_config.table, protected_paths, options.max_changed, how)
+    # Scope is the production code: the patch's tests are judged by running them.
+    scope = static.scope(repo, made.base, made.patched, exclude=how.side.covers)
+    facts = _facts(repo, made, base_config.table, protected_paths, options.max_changed, how, scope)
+    # Behaviour beyond the asserts (#19): the base run captures the calls into the changed
+    # functions; the judged run traces the changed files and replays those calls on both.
+    what = evidence.changed(repo, made.base, runs, evidence.production(scope), scope.base_functions)
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():
@@ -133,15 +139,22 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         # Base and patched alike: the agent's tests get no network and nothing but their
         # checkout to write, and the base is measured the same way.
         confine=True,
+        capture=tuple(what.capture),
     )
     notes: list[str] = []
-    config_sha = _config_sha(base_config.table)
+    config_sha = _config_sha(base_config.table, what.capture)
     reused = (
         _reusable_base(repo, made.base, config_sha, options, notes) if options.reuse_base else None
     )
     base_run = reused[1] if reused else run(plan(base_options), phase=phase)
     patched_options = replace(
-        base_options, commit=runs, run_id="patched", patch_sha256=made.patch_sha256
+        base_options,
+        commit=runs,
+        run_id="patched",
+        patch_sha256=made.patch_sha256,
+        capture=(),
+        cover=tuple(what.cover),
+        differential=_job(base_run, what),
     )
     if base_run.interrupted:
         # Ctrl-C (or SIGTERM) during the base run stops the whole verify: no patched run starts.
@@ -152,10 +165,20 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     if own_commit and not patched_run.interrupted:
         # The patch's own new or edited tests, alone, in the patched tree as it is.
         own_options = replace(
-            patched_options, commit=own_commit, run_id="own", pytest_args_extra=tuple(how.own)
+            patched_options,
+            commit=own_commit,
+            run_id="own",
+            pytest_args_extra=tuple(how.own),
+            cover=(),
+            differential=b"",
         )
         own_run = run(plan(own_options), phase=phase)
-    report = judge(made, base_run, patched_run, facts, ran=runs, own=own_run, how=how)
+    found = {
+        o.label: evidence.found(repo, runs, what, o.receipt)
+        for o in patched_run.outcomes
+        if o.receipt is not None and what.cover
+    }
+    report = judge(made, base_run, patched_run, facts, ran=runs, own=own_run, how=how, beyond=found)
     report = msgspec.structs.replace(report, own_ran=own_commit)
     if reused is not None:
         report = msgspec.structs.replace(report, base_from=reused[0])
@@ -198,9 +221,12 @@ def judge(
     ran: str,
     own: RunResult | None = None,
     how: judged.Judging | None = None,
+    beyond: dict[str, evidence.Found] | None = None,
 ) -> VerifyReport:
     """The verify report from the runs and the facts about the patch. own: the run of the
-    patch's own new or edited tests (a box missing from it is not evaluated)."""
+    patch's own new or edited tests (a box missing from it is not evaluated); beyond: per box,
+    the differential evidence of its judged run."""
+    beyond = beyond or {}
     base = {o.label: o.receipt for o in base_run.outcomes if o.receipt is not None}
     after = {o.label: o.receipt for o in patched_run.outcomes if o.receipt is not None}
     mine = {o.label: o.receipt for o in (own.outcomes if own else []) if o.receipt is not None}
@@ -218,7 +244,9 @@ def judge(
                 (f"{gate} (the patch's own tests)", detail)
                 for gate, detail in _new_failures(label, base_run, own)
             ]
-        box_found, box_seen = gates.box_gates(label, b, p, failures, own=mine.get(label))
+        box_found, box_seen = gates.box_gates(
+            label, b, p, failures, own=mine.get(label), found=beyond.get(label)
+        )
         found += box_found
         seen += box_seen
         ran_own = mine.get(label)
@@ -253,7 +281,35 @@ def judge(
         exit_code=code,
         exit_bits=bits,
         test_side=_summary(how) if how is not None else None,
+        evidence=[_evidence(label, beyond[label]) for label in sorted(beyond)],
     )
+
+
+def _evidence(label: str, found: evidence.Found) -> Evidence:
+    compared = found.differential
+    replayed = compared.replayed if compared is not None else []
+    not_compared = dict(compared.not_compared) if compared is not None else {}
+    not_compared.update({r.id: r.why for r in replayed if r.verdict == "not compared"})
+    return Evidence(
+        box=label,
+        compared=sum(1 for r in replayed if r.verdict in ("same", "differs")),
+        same=sum(1 for r in replayed if r.verdict == "same"),
+        differs=sum(1 for r in replayed if r.verdict == "differs"),
+        not_compared=not_compared,
+        unreached=list(found.unreached),
+        untraced=found.untraced,
+        seed=compared.seed if compared is not None else 0,
+        seconds=compared.wall_seconds if compared is not None else 0.0,
+    )
+
+
+def _job(base_run: RunResult, what: evidence.Changed) -> bytes:
+    """The differential job for the judged run, from every box's base receipt ("" when the
+    patch changes no function the base's tests could call)."""
+    if not what.capture:
+        return b""
+    receipts = [o.receipt for o in base_run.outcomes if o.receipt is not None]
+    return evidence.job(receipts, what)
 
 
 def _summary(how: judged.Judging) -> TestSideSummary:
@@ -303,8 +359,11 @@ def _not_run(hosts: Sequence[str], folder: Path) -> RunResult:
     return RunResult(build_report([], not_evaluated=missing), outcomes, folder, interrupted=True)
 
 
-def _config_sha(table: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
+def _config_sha(table: dict[str, Any], capture: Sequence[str] = ()) -> str:
+    """What a reusable base run must have had: the configuration, and the functions whose calls
+    it captured (a base run that captured others cannot feed this verify's replays)."""
+    body = table if not capture else {"config": table, "capture": sorted(capture)}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _reusable_base(
@@ -364,13 +423,12 @@ def _facts(
     paths: Sequence[str],
     max_changed: int,
     how: judged.Judging,
+    scope: static.Scope,
 ) -> gates.PatchFacts:
     hits = touched(made.changed, paths)
     if "pyproject.toml" in made.changed and _charpin_table(repo, made.patched) != base_table:
         hits.append("pyproject.toml [tool.charpin]")
     hits += how.harness
-    # Scope is the production code: the patch's tests are judged by running them.
-    scope = static.scope(repo, made.base, made.patched, exclude=how.side.covers)
     return gates.PatchFacts(
         protected=hits,
         entry_points=static.entry_points(repo, made.base, made.patched),
@@ -385,7 +443,9 @@ def _facts(
 def _charpin_table(repo: Path, commit: str) -> Any:
     """[tool.charpin] of commit as data; a file that no longer parses counts as a change."""
     try:
-        data = tomllib.loads(git_bytes(repo, "cat-file", "blob", f"{commit}:pyproject.toml").decode())
+        data = tomllib.loads(
+            git_bytes(repo, "cat-file", "blob", f"{commit}:pyproject.toml").decode()
+        )
     except (OSError, ValueError, UnicodeDecodeError, ConfigError) as exc:
         return f"unreadable: {exc}"
     except Exception as exc:  # git failing (the file deleted) is a change too

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
+
 from charpin_coordinator.report import Base, DriftReport, GateStatus, NotEvaluated
 
 VERIFY_REPORT_VERSION = 2
@@ -86,6 +88,22 @@ class TestSideSummary(Base):
     added: list[str]  # test files the patch adds (run on their own, in the own-tests run)
 
 
+class Evidence(Base):
+    """Behaviour beyond the asserts on one box (#19): the patched code's changed lines that the
+    judged run reached, and the base's captured calls replayed on both versions."""
+
+    box: str
+    compared: int  # calls replayed and compared (same or differs)
+    same: int
+    differs: int
+    # Calls and functions that could not be compared, with why (never counted as the same).
+    not_compared: dict[str, str]
+    unreached: list[str]  # changed statements no test ran: `file:function lines 3-4`
+    untraced: str  # why the judged run could not trace, or ""
+    seed: int  # the hash seed of the "hash seed" perturbation (verify --replay repeats it)
+    seconds: float  # the replays' wall time on the box
+
+
 class VerifyReport(Base):
     """What `verify` found: the verdict first, then the evidence behind it."""
 
@@ -109,3 +127,6 @@ class VerifyReport(Base):
     test_side: TestSideSummary | None = None
     # The commit the patch's own tests ran in (patched, protected paths as on base), or "".
     own_ran: str = ""
+    # Per box: what the differential evidence reached and compared (empty when the patch
+    # changes no production Python).
+    evidence: list[Evidence] = msgspec.field(default_factory=list)

@@ -25,6 +25,9 @@ class Scope:
     changed: list[str]
     helpers: list[str]
     unparsable: list[str]
+    # Of the changed and helper units, the functions and methods as the base has them
+    # (path:qualname): their calls are what verify captures in the base run.
+    base_functions: list[str] = field(default_factory=list, compare=False)
 
 
 def scope(
@@ -45,6 +48,7 @@ def scope(
     blobs = gitread.blobs(repo, [sha for sha in wanted if sha])
     readers = (_Reader(repo, trees[0], blobs), _Reader(repo, trees[1], blobs))
     edited: set[str] = set()
+    functions: set[tuple[str, str]] = set()  # (unit as named on patched, as named on base)
     new: dict[str, str] = {}  # path:qualname -> the qualname of its class when that is new too
     refs: dict[str, set[str]] = {}  # simple name -> path:unit of the code that names it
     gone_shapes: dict[str, str] = {}  # path:qualname removed -> its body without its name
@@ -61,6 +65,22 @@ def scope(
             continue
         prefix = f"{change.path}:"
         edited |= {prefix + q for q in old.units if now.units.get(q) != old.units[q]}
+        old_prefix = f"{change.old_path or change.path}:"
+        functions |= {
+            (prefix + q, old_prefix + q) for q in old.shapes if now.units.get(q) != old.units[q]
+        }
+        # A changed module-level binding (`RATE = 0.85`) or class body (`rate = 0.85` in the
+        # class) changes what the functions reading it return: their calls are what shows it.
+        for name in old.units.keys() - old.shapes.keys():
+            if now.units.get(name) == old.units[name]:
+                continue
+            users = {q for q in old.shapes if q.startswith(name + ".")}
+            users |= old.refs.get(name.rpartition(".")[2], set())
+            functions |= {
+                (prefix + name, old_prefix + user)
+                for user in users
+                if user in old.shapes and user in now.units
+            }
         if _module_edited(old, now):
             edited.add(prefix + MODULE)
         for qualname in old.units.keys() - now.units.keys():
@@ -80,7 +100,8 @@ def scope(
         new.pop(unit, None)
     helpers = _extracts(edited, new, refs)
     changed = edited | (new.keys() - helpers)
-    return Scope(sorted(changed), sorted(helpers), sorted(unparsable))
+    base_functions = sorted(b for unit, b in functions if unit in changed)
+    return Scope(sorted(changed), sorted(helpers), sorted(unparsable), base_functions)
 
 
 _LINKS_FOLLOWED = 8
@@ -311,5 +332,3 @@ def _extracts(edited: set[str], new: dict[str, str], refs: dict[str, set[str]]) 
                 helpers.add(unit)
                 grew = True
     return helpers
-
-

@@ -13,8 +13,11 @@ never chooses its own judge). The test side of the base commit is, deny by defau
 * test files anywhere: names matching the base's `python_files` (default `test_*.py`,
   `*_test.py`);
 * modules only the tests import: a module of the repository outside the test roots that some
-  test-side file imports and no other file does (directly, or through other such modules), and
-  that is no program of its own (no `if __name__ == "__main__":`, no shebang, not `__main__.py`).
+  test-side file imports and no other file does (directly, or through other such modules),
+  that is no program of its own (no `if __name__ == "__main__":`, no shebang, not
+  `__main__.py`), and that is test machinery: it imports a test framework (pytest, unittest,
+  hypothesis, mock) or its name says so (`testutils.py`, `fixtures.py`). A library's own
+  modules are imported only by its tests too; they are production, and judged.
 
 Everything else is production code: the patch's change there is what is judged. A patch that
 edits a module only the tests import is told so as a finding (verify/judged.py): the judged run
@@ -235,6 +238,20 @@ def _program(source: bytes) -> bool:
     return source.startswith(b"#!") or _MAIN_GUARD.search(source) is not None
 
 
+_FRAMEWORKS = ("pytest", "_pytest", "unittest", "hypothesis", "mock", "doctest", "nose")
+_HELPER_WORDS = ("test", "fixture", "conftest")
+
+
+def _helper_like(path: str, source: bytes) -> bool:
+    """A module that is test machinery, not code under test: it imports a test framework, or
+    its name says so (`testutils.py`, `fixtures.py`). A library module its tests import is
+    neither, and stays production (a patch that weakens it is judged: its calls are replayed)."""
+    stem = PurePosixPath(path).stem.lower()
+    if any(word in stem for word in _HELPER_WORDS):
+        return True
+    return any(name.split(".")[0] in _FRAMEWORKS for name in _imports(path, source))
+
+
 def _test_only(paths: list[str], blobs: dict[str, bytes], tests: set[str]) -> set[str]:
     """Repository modules imported by test-side files and by nothing else."""
     by_name: dict[str, str] = {}
@@ -259,6 +276,8 @@ def _test_only(paths: list[str], blobs: dict[str, bytes], tests: set[str]) -> se
                 continue  # a package is production as long as anything lives in it
             if _program(blobs.get(target, b"")):
                 continue  # a script the tests import is still a program users run
+            if not _helper_like(target, blobs.get(target, b"")):
+                continue  # a library's modules are imported only by its tests, and judged
             if users <= tests | only:
                 only.add(target)
                 grew = True

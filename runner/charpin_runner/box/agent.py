@@ -151,6 +151,11 @@ class Agent:
     def launch(self, header: dict[str, Any], payload: bytes) -> Reply:
         where = self._layout()
         argv = launch.receipt_argv(self.python, where, header, self.caches)
+        if payload:
+            # verify's differential job: what the runner replays after the run (#19).
+            job = where.run / "differential.json"
+            job.write_bytes(payload)
+            argv += ["--differential", str(job)]
         if self.prepared:
             argv.append("--prepared")
         env = dict(os.environ)

@@ -99,6 +99,10 @@ def receipt_argv(
         argv.append("--confine")
     if request.get("include_frozen"):
         argv.append("--include-frozen")
+    for path in request.get("cover") or []:
+        argv += ["--cover", str(path)]
+    for target in request.get("capture") or []:
+        argv += ["--capture", str(target)]
     if request.get("patch_sha256"):
         argv += ["--patch-sha256", str(request["patch_sha256"])]
     if request.get("host_key_fingerprint"):

@@ -92,14 +92,15 @@ def run(
     """Replay the job's calls on both versions and say what each did."""
     began = time.monotonic()
     # A hash seed for one perturbation, recorded so the finding can be replayed; not a secret.
+    # The job may name it (`verify --replay` repeats a finding with the seed it had).
+    if seed is None and isinstance(job.get("seed"), int) and job["seed"] > 0:
+        seed = int(job["seed"])
     seed = seed if seed is not None else random.randrange(1, 2**31)  # noqa: S311
     calls: dict[str, list[dict[str, str]]] = {}
     for call in job["calls"]:
         if isinstance(call, dict) and isinstance(call.get("function"), str):
             calls.setdefault(call["function"], []).append(call)
-    not_compared = {
-        str(name): str(why) for name, why in dict(job.get("not_compared", {})).items()
-    }
+    not_compared = {str(name): str(why) for name, why in dict(job.get("not_compared", {})).items()}
     replayed: list[Replayed] = []
     with tempfile.TemporaryDirectory(prefix="charpin-differ-") as scratch:
         base = _base_tree(repo, job.get("base_files", {}), Path(scratch) / "base")
@@ -201,7 +202,9 @@ class _Runner:
             return {}, dict.fromkeys(functions, why)
         os.close(write)
         try:
-            _, err = proc.communicate(json.dumps(job).encode(), timeout=SECONDS_PER_CALL * count + 30)
+            _, err = proc.communicate(
+                json.dumps(job).encode(), timeout=SECONDS_PER_CALL * count + 30
+            )
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             _, err = proc.communicate()
@@ -251,15 +254,21 @@ def _compare(
                 continue
             a, b = left.get(call["id"]), right.get(call["id"])
             missing = gone.get(call["function"])
-            moved = f"the patched version does not load: {missing}" if missing else _difference(a, b)
+            moved = (
+                f"the patched version does not load: {missing}" if missing else _difference(a, b)
+            )
             if moved:
+                left_text, right_text = _shown(a), missing or _shown(b)
+                if left_text == right_text:  # alike as repr shows them: the canonical forms
+                    left_text, right_text = _shown(a, canonical=True), _shown(b, canonical=True)
                 verdicts[call["id"]] = _replayed(
-                    call, "differs", moved, _shown(a), missing or _shown(b), how.name
+                    call, "differs", moved, left_text, right_text, how.name
                 )
     found = []
     for call in calls:
         same = _replayed(call, "same", "", _shown(first.get(call["id"])))
-        found.append(verdicts.get(call["id"], same))
+        said = first.get(call["id"]) or {}
+        found.append(replace(verdicts.get(call["id"], same), call=str(said.get("call") or "")))
     why = {name: f"the base version does not load here: {text}" for name, text in broken.items()}
     return found, why
 
@@ -302,13 +311,16 @@ def _difference(a: Optional[dict[str, Any]], b: Optional[dict[str, Any]]) -> str
     return ""
 
 
-def _shown(said: Optional[dict[str, Any]]) -> str:
+def _shown(said: Optional[dict[str, Any]], canonical: bool = False) -> str:
+    """One line of what a version did: the value as repr shows it (canonical: as compared, for
+    two values repr shows alike: a float's last digits, an object's fields)."""
     if said is None:
         return "(no result)"
     if said.get("error"):
         text = f"raised {said['error']}"
     else:
-        text = f"returned {_short(str(said.get('result')))}"
+        value = said.get("result") if canonical else said.get("shown") or said.get("result")
+        text = f"returned {_short(str(value))}"
     if said.get("mutated"):
         text += f"; arguments became {_short(str(said['mutated']))}"
     if said.get("stdout"):

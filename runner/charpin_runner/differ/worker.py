@@ -141,10 +141,20 @@ def say(**fields):
     channel.write(json.dumps(fields, sort_keys=True) + "\n")
 
 
-def run_one(function, call):
+def shown(name, args, kwargs):
+    import reprlib
+    short = reprlib.Repr()
+    short.maxstring, short.maxother, short.maxlist, short.maxdict = 60, 60, 6, 6
+    words = [short.repr(a) for a in args] + [f"{k}={short.repr(v)}" for k, v in kwargs.items()]
+    out = f"{name}({', '.join(words)})"
+    return ADDRESS.sub(" at 0x?", out if len(out) <= 200 else out[:200] + "...)")
+
+
+def run_one(function, call, name):
     try:
         args, kwargs = pickle.loads(base64.b64decode(call["args"]))
         before = text([args, kwargs])
+        call_text = shown(name, args, kwargs)
     except BaseException as exc:
         say(id=call["id"], skip=f"the arguments do not load here ({type(exc).__name__}: {exc})")
         return
@@ -163,11 +173,16 @@ def run_one(function, call):
         error = f"{type(exc).__name__}: {ADDRESS.sub(' at 0x?', str(exc))}"[:2000]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    shown_result = None
     if error is None:
         try:
             result = text(value)
         except Exception as exc:
             uncomparable = str(exc)
+        try:
+            shown_result = shown("", [value], {})[1:-1]
+        except Exception:
+            shown_result = None
     try:
         after = text([args, kwargs])
     except BaseException:
@@ -181,6 +196,8 @@ def run_one(function, call):
     os.chdir(job["root"])
     say(
         id=call["id"],
+        call=call_text,
+        shown=shown_result,
         result=result,
         error=error,
         uncomparable=uncomparable,
@@ -199,5 +216,5 @@ for name, calls in job["functions"]:
         say(function=name, load_error=f"{type(exc).__name__}: {exc}")
         continue
     for call in calls:
-        run_one(function, call)
+        run_one(function, call, name.split("::", 1)[1])
 '''

@@ -25,6 +25,20 @@ def targets(values: list[str]) -> list[Target]:
     return found
 
 
+# The tracer started before the initial conftests load (plugin.py), adopted by the probe.
+_early: list[Tracer] = []
+
+
+def start_early(root: str, cover: list[str], capture: list[str]) -> None:
+    """Trace from before the initial conftests import anything: a conftest that imports the
+    code under test runs its module-level lines before any session starts."""
+    if _early or (not cover and not capture):
+        return
+    tracer = Tracer(root, list(cover), targets(list(capture)), lambda: "")
+    tracer.start()
+    _early.append(tracer)
+
+
 class TracingHooks(ProbeState):
     """Start the tracer before collection imports anything; send what it saw at the end."""
 
@@ -36,6 +50,15 @@ class TracingHooks(ProbeState):
         capture = targets(list(self.config.getoption("charpin_capture") or []))
         if not cover and not capture:
             return
+        if _early:
+            tracer = _early.pop()
+            tracer.current_test = lambda: self.current_test
+            if not self.is_worker:
+                for call in tracer.traced.calls:  # made while the conftests loaded
+                    self._emit_call(call)
+                tracer.on_call = self._emit_call
+            self.tracer = tracer
+            return
         self.tracer = Tracer(
             str(self.root),
             cover,
@@ -46,7 +69,9 @@ class TracingHooks(ProbeState):
         self.tracer.start()
 
     def _emit_call(self, call: Captured) -> None:
-        self._emit({"kind": "call", "function": call.function, "test": call.test, "args": call.args})
+        self._emit(
+            {"kind": "call", "function": call.function, "test": call.test, "args": call.args}
+        )
 
     def _finish_tracing(self) -> None:
         tracer = self.tracer

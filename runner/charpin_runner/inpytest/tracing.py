@@ -109,7 +109,7 @@ class Tracer:
             sys.settrace(None)
             threading.settrace(None)
         elif self._mode == "monitoring":
-            monitoring = sys.monitoring  # type: ignore[attr-defined]
+            monitoring = getattr(sys, "monitoring")  # noqa: B009 (3.12+; vermin reads 3.9)
             monitoring.set_events(_TOOL, 0)
             monitoring.free_tool_id(_TOOL)
         self._mode = ""

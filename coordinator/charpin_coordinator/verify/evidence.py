@@ -1,0 +1,238 @@
+"""Coordinator side; stdlib, verify.gitread and verify.harness only. Behaviour beyond the asserts
+(#19): which of the patch's changed lines some evidence reached, the differential job for the
+judged run, and the findings it brought back.
+
+* Change coverage: a line the patch adds or changes in production code is reached when the
+  statement holding it ran in the judged run (its tests; the probe traced the changed files). A
+  changed statement nothing ran is named, `file:function lines`, and the verdict cannot be
+  ACCEPT: the tests pass because they never look.
+* The job: the calls the base's tests made into the changed functions (captured in the base
+  run, on every box), with the base's versions of the changed files, so the judged run can
+  replay each call on both versions. The coordinator never unpickles a captured argument.
+* Findings: a call whose two versions differ (result, exception, arguments, output, files; plain
+  or under a perturbation) is a Behaviour failure naming the call and both results; a call or a
+  function that could not be compared says why, and is never counted as the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from charpin_runner.receipt import Differential, Receipt
+
+from charpin_coordinator.verify import gitread
+from charpin_coordinator.verify.scope import Scope
+
+# At most this many calls per function go into the job, whatever the boxes captured.
+JOB_CALLS_PER_FUNCTION = 20
+
+
+@dataclass(frozen=True)
+class Changed:
+    """What the patch changed in production code, as the runs need it."""
+
+    cover: list[str]  # files of the patched tree whose executed lines are recorded
+    capture: list[str]  # PATH::QUALNAME of the changed functions as the base has them
+    added: dict[str, set[int]]  # file -> lines the patch adds or changes there
+    base_files: dict[str, str | None]  # file -> its base content (base64), None: new file
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the evidence says about one box's judged run."""
+
+    unreached: list[str]  # changed statements no test ran, `file:function lines 3-4`
+    differential: Differential | None  # the replayed calls (None: no job was sent)
+    untraced: str = ""  # why the run could not trace (another tracer held the hook), or ""
+
+
+def production(scope: Scope) -> list[str]:
+    """The production Python files the patch changes (scope's units and unparsable files)."""
+    units = [*scope.changed, *scope.helpers]
+    return sorted({u.rpartition(":")[0] for u in units} | set(scope.unparsable))
+
+
+def found(repo: Path, judged: str, what: Changed, receipt: Receipt) -> Found:
+    """The evidence of one box's judged run."""
+    traced = receipt.tracing
+    untraced = traced.unavailable if traced is not None else ""
+    if what.cover and traced is None:
+        untraced = "the box's runner does not trace (charpin 0.4 or later does)"
+    return Found(
+        unreached=unreached(repo, judged, what, receipt) if not untraced else [],
+        differential=receipt.differential,
+        untraced=untraced,
+    )
+
+
+def changed(
+    repo: Path, base: str, judged: str, production: Sequence[str], base_functions: Sequence[str]
+) -> Changed:
+    """The patch's production changes between base and the judged commit."""
+    tree = gitread.tree_files(repo, judged)
+    base_tree = gitread.tree_files(repo, base)
+    cover = sorted(p for p in production if p in tree and tree[p][0] in gitread.REGULAR)
+    added: dict[str, set[int]] = {}
+    if cover:
+        diff = gitread.git(
+            repo,
+            "diff", "-U0", "--no-color", "--no-ext-diff", "--no-textconv",
+            "--src-prefix=a/", "--dst-prefix=b/", base, judged, "--", *cover,
+        )  # fmt: skip
+        added = _touched_lines(diff)
+    wanted = {p: base_tree[p][1] for p in cover if p in base_tree}
+    blobs = gitread.blobs(repo, wanted.values())
+    base_files: dict[str, str | None] = {
+        p: base64.b64encode(blobs[sha]).decode("ascii") if sha in blobs else None
+        for p, sha in wanted.items()
+    }
+    base_files.update({p: None for p in cover if p not in base_tree})
+    capture = [
+        f"{path}::{qualname}"
+        for path, _, qualname in (u.rpartition(":") for u in base_functions)
+        if path in base_tree
+    ]
+    return Changed(cover=cover, capture=sorted(capture), added=added, base_files=base_files)
+
+
+def job(receipts: Iterable[Receipt], what: Changed) -> bytes:
+    """The differential job for the judged run: every box's captured calls (the same call
+    captured twice once), and why a changed function has none."""
+    calls: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    counts: dict[str, int] = {}
+    dropped: dict[str, dict[str, int]] = {}
+    for receipt in receipts:
+        traced = receipt.tracing
+        if traced is None:
+            continue
+        for call in traced.calls:
+            key = (call.function, call.args)
+            if key in seen or counts.get(call.function, 0) >= JOB_CALLS_PER_FUNCTION:
+                continue
+            seen.add(key)
+            counts[call.function] = counts.get(call.function, 0) + 1
+            calls.append(
+                {"id": call.id, "function": call.function, "test": call.test, "args": call.args}
+            )
+        for function, why in traced.dropped.items():
+            mine = dropped.setdefault(function, {})
+            for reason, count in why.items():
+                mine[reason] = mine.get(reason, 0) + count
+    not_compared: dict[str, str] = {}
+    for function in what.capture:
+        if counts.get(function):
+            continue
+        lost = dropped.get(function, {})
+        if lost.get("uncopyable"):
+            said = f"its {lost['uncopyable']} call(s) had arguments that cannot be copied"
+        else:
+            said = "the base's tests never called it"
+        not_compared[function] = said
+    body = {"calls": calls, "base_files": what.base_files, "not_compared": not_compared}
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def unreached(repo: Path, judged: str, what: Changed, receipt: Receipt) -> list[str]:
+    """`file:function lines ...` for each changed statement the judged run never ran."""
+    traced = receipt.tracing
+    if traced is None or not what.added:
+        return []
+    tree = gitread.tree_files(repo, judged)
+    shas = {p: tree[p][1] for p in what.added if p in tree}
+    blobs = gitread.blobs(repo, shas.values())
+    out: list[str] = []
+    for path, lines in sorted(what.added.items()):
+        source = blobs.get(shas.get(path, ""), b"")
+        ran = set(traced.lines.get(path, []))
+        gaps: dict[str, list[int]] = {}
+        for unit, first, numbers in _changed_statements(source, lines):
+            if first not in ran:
+                gaps.setdefault(unit, []).extend(numbers)
+        for unit, numbers in sorted(gaps.items()):
+            out.append(f"{path}:{unit} lines {_ranges(sorted(set(numbers)))}")
+    return out
+
+
+def _touched_lines(diff: bytes) -> dict[str, set[int]]:
+    """path -> the new file's lines a `git diff -U0` adds, and for a hunk that only removes
+    lines, the line that now follows the removal (what runs in place of what was removed)."""
+    out: dict[str, set[int]] = {}
+    path = ""
+    for raw in diff.split(b"\n"):
+        if raw.startswith(b"+++ "):
+            name = raw[4:].decode("utf-8", "surrogateescape")
+            path = name[2:] if name.startswith("b/") else ""
+        elif raw.startswith(b"@@") and path:
+            match = re.match(rb"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", raw)
+            if match:
+                start = int(match.group(1))
+                count = int(match.group(2)) if match.group(2) is not None else 1
+                lines = range(start, start + count) if count else [start + 1]
+                out.setdefault(path, set()).update(lines)
+    return out
+
+
+def _changed_statements(source: bytes, lines: set[int]) -> list[tuple[str, int, list[int]]]:
+    """(function qualname, the statement's first line, the changed lines it holds) for the
+    innermost statement of each changed line (comments and blank lines belong to theirs)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    spans: list[tuple[int, int, str]] = []  # (first, last, unit)
+
+    def walk(body: list[ast.stmt], unit: str) -> None:
+        for node in body:
+            last = getattr(node, "end_lineno", node.lineno) or node.lineno
+            spans.append((node.lineno, last, unit))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = f"{unit}.{node.name}" if unit != "<module>" else node.name
+                walk(_body_without_docstring(node), inner)
+            else:
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    child = getattr(node, field, None)
+                    if isinstance(child, list):
+                        walk([c for c in child if isinstance(c, ast.stmt)], unit)
+                    for handler in child or [] if field == "handlers" else []:
+                        walk(getattr(handler, "body", []), unit)
+
+    walk(_body_without_docstring(tree), "<module>")
+    found: dict[tuple[str, int], list[int]] = {}
+    for line in sorted(lines):
+        holding = [s for s in spans if s[0] <= line <= s[1]]
+        if not holding:
+            continue
+        first, _, unit = min(holding, key=lambda s: (s[1] - s[0], -s[0]))
+        found.setdefault((unit, first), []).append(line)
+    return [(unit, first, numbers) for (unit, first), numbers in sorted(found.items())]
+
+
+def _body_without_docstring(node: ast.AST) -> list[ast.stmt]:
+    body = list(getattr(node, "body", []))
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str):
+            return body[1:]
+    return body
+
+
+def _ranges(numbers: list[int]) -> str:
+    out: list[str] = []
+    start = prev = numbers[0]
+    for n in numbers[1:]:
+        if n == prev + 1:
+            prev = n
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = n
+    out.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(out)
