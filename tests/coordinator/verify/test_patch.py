@@ -435,6 +435,6 @@ def test_a_base_commit_outside_the_reviewers_history_is_refused(repo: Path) -> N
     git(repo, "checkout", "-q", base)
     # The base decides the configuration: an untrusted patch may not pick one the reviewer
     # never had.
-    with pytest.raises(UsageError, match="which is not HEAD .*; .*pass --base"):
+    with pytest.raises(UsageError, match=r"which is not HEAD .*; .*pass --base"):
         patch.from_patch(repo, series, None)
     assert patch.from_patch(repo, series, side).base == side  # confirmed by the reviewer
