@@ -81,8 +81,8 @@ def test_tests_failing_on_every_box_show_in_text_markdown_and_junit() -> None:
     import dataclasses
     import xml.etree.ElementTree as ET
 
-    from charpin_coordinator.remote.junit import to_junit
-    from charpin_coordinator.render import render_markdown, render_text
+    from charpin_coordinator.reports.junit import to_junit
+    from charpin_coordinator.reports.render import render_markdown, render_text
 
     from tests.receipt_factory import IDS
 

@@ -12,7 +12,9 @@ import msgspec
 import pytest
 from charpin_coordinator.cli import main
 from charpin_coordinator.drift import build_report
-from charpin_coordinator.html_report import (
+from charpin_coordinator.remote import results
+from charpin_coordinator.report import GATES, DriftReport, NotEvaluated
+from charpin_coordinator.reports.html_report import (
     FlakyTest,
     IndexedRun,
     TrendPoint,
@@ -23,9 +25,7 @@ from charpin_coordinator.html_report import (
     render_index,
     text,
 )
-from charpin_coordinator.remote import results
-from charpin_coordinator.render import encode_json
-from charpin_coordinator.report import GATES, DriftReport, NotEvaluated
+from charpin_coordinator.reports.render import encode_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
 
 from charpin_coordinator.redact import Redactor
-from charpin_coordinator.remote.junit import to_junit
 from charpin_coordinator.remote.run import RunResult
-from charpin_coordinator.render import encode_json, render_markdown, render_text
+from charpin_coordinator.reports.junit import to_junit
+from charpin_coordinator.reports.render import encode_json, render_markdown, render_text
 
 
 def emit(

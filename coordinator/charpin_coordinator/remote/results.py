@@ -36,7 +36,7 @@ class ReportFiles:
 
     drift_json: bytes
     drift_md: bytes
-    drift_html: bytes | None = None  # drift.html, the self-contained page (html_report.py)
+    drift_html: bytes | None = None  # drift.html, the self-contained page (reports/html_report.py)
 
 
 def safe_folders(labels: Iterable[str]) -> dict[str, str]:

@@ -31,7 +31,6 @@ from charpin_coordinator.evidence import (
     repeats_section,
     with_evidence,
 )
-from charpin_coordinator.html_report import render_html
 from charpin_coordinator.remote import provision, repeats, results, snapshot
 from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, Phase, RunPlan, run_box
 from charpin_coordinator.remote.builtin import clean_target, local_target
@@ -45,8 +44,9 @@ from charpin_coordinator.remote.hosts import (
 )
 from charpin_coordinator.remote.orchestrate import Job, run_all
 from charpin_coordinator.remote.provision import Disposals
-from charpin_coordinator.render import encode_json, render_markdown
 from charpin_coordinator.report import DriftReport, map_strings
+from charpin_coordinator.reports.html_report import render_html
+from charpin_coordinator.reports.render import encode_json, render_markdown
 from charpin_coordinator.temporal import Against, resolve_against, since, with_since
 
 DEFAULT_TIMEOUT = 1800.0
@@ -55,8 +55,8 @@ INTERRUPTED_BIT = "4 interrupted (Ctrl-C) before the run was complete"
 _AFTER_THE_RUN = (
     "charpin_coordinator.receipts",
     "charpin_coordinator.drift",
-    "charpin_coordinator.render",
-    "charpin_coordinator.remote.junit",
+    "charpin_coordinator.reports.render",
+    "charpin_coordinator.reports.junit",
     "charpin_coordinator.remote.output",
 )
 
@@ -256,7 +256,7 @@ def _with_evidence(
 
 
 def _drift_html(report: DriftReport, history: Path | None, run_id: str) -> bytes:
-    from charpin_coordinator.html_history import history_sections
+    from charpin_coordinator.reports.html_history import history_sections
 
     trend, flaky = history_sections(history, report, run_id)
     return render_html(report, trend=trend, flaky=flaky).encode()

@@ -15,8 +15,8 @@ import re
 import msgspec
 from charpin_runner.pins.compare import mark_changed_lines
 
-from charpin_coordinator import render_evidence
 from charpin_coordinator.report import GATES, Dimension, DriftReport, Since, map_strings
+from charpin_coordinator.reports import evidence as render_evidence
 
 # Receipts are untrusted: a label or node id carrying ESC or a newline must not repaint the
 # terminal or forge a line in a PR comment. C0/C1 controls are shown as \xNN instead; the

@@ -241,7 +241,7 @@ def render_html(
     ]
     if repeats is not None or frozen is not None:
         # Imported here: only a page made with --repeat or --include-frozen has the sections.
-        from charpin_coordinator import html_evidence
+        from charpin_coordinator.reports import html_evidence
 
         if repeats is not None:
             body.append(html_evidence.repeats_section(repeats))
@@ -250,7 +250,7 @@ def render_html(
     # Next to the trend: both are this box over time, where the sections above are across boxes.
     if report.since is not None:
         # Imported here: only a page made with --against has the section.
-        from charpin_coordinator.html_since import since_section
+        from charpin_coordinator.reports.html_since import since_section
 
         body.append(since_section(report.since))
     if trend is not None:
@@ -282,15 +282,15 @@ def _summary(report: DriftReport) -> str:
         f'<li class="incomplete">vacuous: {text(reason)}</li>' for reason in report.vacuous_reasons
     ]
     if report.since is not None:
-        from charpin_coordinator.html_since import since_summary
+        from charpin_coordinator.reports.html_since import since_summary
 
         out.append(since_summary(report.since))
     if isinstance(report.repeats, Repeats):
-        from charpin_coordinator.html_evidence import repeats_summary
+        from charpin_coordinator.reports.html_evidence import repeats_summary
 
         out.append(repeats_summary(report.repeats))
     if isinstance(report.frozen_reruns, FrozenReruns):
-        from charpin_coordinator.html_evidence import frozen_summary
+        from charpin_coordinator.reports.html_evidence import frozen_summary
 
         out.append(frozen_summary(report.frozen_reruns))
     out.append("</ul></section>")
@@ -643,7 +643,7 @@ def derive_flaky(runs: Sequence[IndexedRun]) -> list[FlakyTest]:
     `ledger suggest` counts them; a repeat that ran without the test is no run of it. A box
     whose failing list was capped says nothing about the tests it does not list: skipped."""
     # Imported here: html_evidence builds on this module's helpers.
-    from charpin_coordinator.html_evidence import TriedRun, tried_runs
+    from charpin_coordinator.reports.html_evidence import TriedRun, tried_runs
 
     seen: dict[tuple[str, str], list[TriedRun]] = {}
     for run in runs:

@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 from charpin_runner.errors import CharpinError
 
-from charpin_coordinator.html_report import FlakyTest, TrendPoint, box_change, box_clean
 from charpin_coordinator.report import BoxSummary, DriftReport, Repeats
+from charpin_coordinator.reports.html_report import FlakyTest, TrendPoint, box_change, box_clean
 
 TREND_RUNS = 30  # earlier runs per box in the trend
 FLAKY_CHECKED = 50  # failing tests of this run looked up in the history, per box

@@ -5,23 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from charpin_coordinator.html_report import (
-    _OUTCOME_CLASS,
-    MAX_HTML_ROWS,
-    _code,
-    _more,
-    attr,
-    text,
-)
-
-# The text and Markdown reports' own words and folding, so every format says the same.
-from charpin_coordinator.render_evidence import FROZEN_TITLE, REPEATS_TITLE, _folded, _repeats
 from charpin_coordinator.report import (
     BoxSummary,
     FrozenRerunBox,
     FrozenReruns,
     RepeatBox,
     Repeats,
+)
+
+# The text and Markdown reports' own words and folding, so every format says the same.
+from charpin_coordinator.reports.evidence import FROZEN_TITLE, REPEATS_TITLE, _folded, _repeats
+from charpin_coordinator.reports.html_report import (
+    _OUTCOME_CLASS,
+    MAX_HTML_ROWS,
+    _code,
+    _more,
+    attr,
+    text,
 )
 
 _FAILS = frozenset(("failed", "error"))

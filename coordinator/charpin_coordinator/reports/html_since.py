@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from charpin_coordinator.html_report import (
+from charpin_coordinator.report import Dimension, Since, SinceBox
+from charpin_coordinator.reports.html_report import (
     MAX_HTML_ROWS,
     _code,
     _diff_lines,
@@ -13,7 +14,6 @@ from charpin_coordinator.html_report import (
     dimension_body,
     text,
 )
-from charpin_coordinator.report import Dimension, Since, SinceBox
 
 # temporal.py's labels for the pair (earlier receipt, this run's). Repeated here, not imported:
 # this module reads report.py only, and temporal.py pulls in the drift builder and git.
