@@ -14,7 +14,9 @@ from charpin_coordinator.drift import build_report
 from charpin_coordinator.evidence import REPEATS_FOLDER
 from charpin_coordinator.receipts import read_receipt_file
 from charpin_coordinator.report import DriftReport
-from charpin_coordinator.reports.render import encode_json, render_markdown, render_text
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.markdown import render_markdown
+from charpin_coordinator.reports.text import render_text
 
 # The FILE of --markdown that means standard output.
 STDOUT = "-"

@@ -19,7 +19,9 @@ from charpin_coordinator.evidence import (
     with_evidence,
 )
 from charpin_coordinator.report import DriftReport, NotEvaluated
-from charpin_coordinator.reports.render import encode_json, render_markdown, render_text
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.markdown import render_markdown
+from charpin_coordinator.reports.text import render_text
 from charpin_runner.receipt import Receipt, dumps
 from markdown_it import MarkdownIt
 

@@ -82,7 +82,8 @@ def test_tests_failing_on_every_box_show_in_text_markdown_and_junit() -> None:
     import xml.etree.ElementTree as ET
 
     from charpin_coordinator.reports.junit import to_junit
-    from charpin_coordinator.reports.render import render_markdown, render_text
+    from charpin_coordinator.reports.markdown import render_markdown
+    from charpin_coordinator.reports.text import render_text
 
     from tests.receipt_factory import IDS
 

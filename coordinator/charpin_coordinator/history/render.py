@@ -17,7 +17,7 @@ from charpin_coordinator.history.query import (
     RunDetail,
     RunSummary,
 )
-from charpin_coordinator.reports.render import shown
+from charpin_coordinator.reports.escape import shown
 
 MAX_FAILING = 20
 

@@ -13,8 +13,10 @@ from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
 
 from charpin_coordinator.redact import Redactor
 from charpin_coordinator.remote.run import RunResult
+from charpin_coordinator.reports.common import encode_json
 from charpin_coordinator.reports.junit import to_junit
-from charpin_coordinator.reports.render import encode_json, render_markdown, render_text
+from charpin_coordinator.reports.markdown import render_markdown
+from charpin_coordinator.reports.text import render_text
 
 
 def emit(

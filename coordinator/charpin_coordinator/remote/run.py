@@ -45,8 +45,9 @@ from charpin_coordinator.remote.hosts import (
 from charpin_coordinator.remote.orchestrate import Job, run_all
 from charpin_coordinator.remote.provision import Disposals
 from charpin_coordinator.report import DriftReport, map_strings
+from charpin_coordinator.reports.common import encode_json
 from charpin_coordinator.reports.html_report import render_html
-from charpin_coordinator.reports.render import encode_json, render_markdown
+from charpin_coordinator.reports.markdown import render_markdown
 from charpin_coordinator.temporal import Against, resolve_against, since, with_since
 
 DEFAULT_TIMEOUT = 1800.0
@@ -55,7 +56,8 @@ INTERRUPTED_BIT = "4 interrupted (Ctrl-C) before the run was complete"
 _AFTER_THE_RUN = (
     "charpin_coordinator.receipts",
     "charpin_coordinator.drift",
-    "charpin_coordinator.reports.render",
+    "charpin_coordinator.reports.text",
+    "charpin_coordinator.reports.markdown",
     "charpin_coordinator.reports.junit",
     "charpin_coordinator.remote.output",
 )

@@ -1,4 +1,4 @@
-"""Coordinator side; imports the history's read API and html_report: the run history database as drift.html's trend and flaky sections (plain data). Never raises: no history, no sections."""
+"""Coordinator side; imports the history's read API and html_trend: the run history database as drift.html's trend and flaky sections (plain data). Never raises: no history, no sections."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import msgspec
 from charpin_runner.errors import CharpinError
 
 from charpin_coordinator.report import BoxSummary, DriftReport, Repeats
-from charpin_coordinator.reports.html_report import FlakyTest, TrendPoint, box_change, box_clean
+from charpin_coordinator.reports.html_trend import FlakyTest, TrendPoint, box_change, box_clean
 
 TREND_RUNS = 30  # earlier runs per box in the trend
 FLAKY_CHECKED = 50  # failing tests of this run looked up in the history, per box
