@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import msgspec
 
-from charpin_coordinator.report import DriftReport, Since
+from charpin_coordinator.report import BoxSummary, DriftReport, Since
 
 MAX_ROWS = 50
 MAX_DIFF_LINES = 200
+# A failing test's excerpt in text and Markdown (the HTML page shows it whole).
+MAX_EXCERPT_LINES = 15
 
 
 def encode_json(report: DriftReport) -> bytes:
@@ -48,9 +50,48 @@ def footer_lines(report: DriftReport) -> list[str]:
     return lines
 
 
-def subtests_note(failing: list[str] | None) -> str:
-    """` · failing subtests (i=1), (i=3)` for a test whose subtests failed."""
-    return f" · failing subtests {', '.join(failing)}" if failing else ""
+def outcome_counts(box: BoxSummary) -> str:
+    """`12 passed, 1 failed`, or `no outcomes`."""
+    return ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items())) or "no outcomes"
+
+
+def subtest_counts(box: BoxSummary) -> str:
+    """`subtests: 45 passed, 30 failed` when any test of the box ran subtests, else ""."""
+    counts = [
+        f"{box.subtests[k]} {k}" for k in ("passed", "failed", "skipped") if k in box.subtests
+    ]
+    return f"subtests: {', '.join(counts)}" if counts else ""
+
+
+def failing_subtests(box: BoxSummary, test: str) -> str:
+    """`(i=1), (i=3) and 10 more` for a failing test's subtests: every failing one the receipt
+    names, and how many more failed (the receipt names the first few; its count is complete)."""
+    named = box.failing_subtests.get(test, [])
+    more = box.failing_subtest_counts.get(test, len(named)) - len(named)
+    if not named:
+        return f"{more} failed" if more > 0 else ""
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
+def subtests_note(box: BoxSummary, test: str) -> str:
+    """` · failing subtests (i=1), (i=3) and 10 more` for a test whose subtests failed."""
+    said = failing_subtests(box, test)
+    return f" · failing subtests {said}" if said else ""
+
+
+def failure_excerpt(box: BoxSummary, test: str, cap: int = 0) -> list[str]:
+    """Why the test failed, as the receipt's bounded, redacted excerpt says, one string per
+    line; [] when the receipt carries none. Every renderer reads a failing test's excerpt
+    through this. With cap, at most cap lines, the end kept (where pytest says what failed)."""
+    lines = box.failure_excerpts.get(test, [])
+    if not cap or len(lines) <= cap:
+        return list(lines)
+    return [f"... {len(lines) - cap + 1} earlier lines in drift.json", *lines[-(cap - 1) :]]
+
+
+def pin_drifts(box: BoxSummary) -> list[tuple[str, list[str]]]:
+    """(pin id, golden against actual) for each pin that did not pass on the box."""
+    return sorted(box.pin_details.items())
 
 
 def since_title(since: Since) -> str:

@@ -79,6 +79,8 @@ h4 { font-size: .95rem; margin: .8rem 0 .3rem; }
 #since-table a { color: inherit; }
 ul { margin: .3rem 0; padding-left: 1.3rem; }
 .more { font-style: italic; color: #57606a; }
+pre.excerpt { margin: 0; max-height: 24em; overflow: auto; white-space: pre-wrap; }
+#run-meta { color: #57606a; margin: 0 0 .6rem; }
 footer { margin-top: 2.5rem; color: #57606a; font-size: 12px; }
 """
 

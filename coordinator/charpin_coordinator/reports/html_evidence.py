@@ -180,7 +180,9 @@ def _frozen_row(side: FrozenRerunBox, same: list[int]) -> str:
     moved = "".join(
         f"<li>fixture changed: {code_span(path)}</li>" for path in side.fixtures_changed
     )
-    same_note = f'<br><span class="muted">{text(repeats_said(same))}: the same</span>' if same else ""
+    same_note = (
+        f'<br><span class="muted">{text(repeats_said(same))}: the same</span>' if same else ""
+    )
     return (
         f'<tr data-box="{attr(side.box)}" data-repeat="{side.repeat}">'
         f"<td>{code_span(side.box)}</td><td>{side.repeat} ({code_span(side.run_id)}){same_note}</td>"

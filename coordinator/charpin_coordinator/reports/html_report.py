@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from charpin_coordinator.report import (
     GATES,
@@ -12,11 +14,19 @@ from charpin_coordinator.report import (
     Repeats,
 )
 from charpin_coordinator.reports import html_evidence
+from charpin_coordinator.reports.common import (
+    failing_subtests,
+    failure_excerpt,
+    outcome_counts,
+    pin_drifts,
+    subtest_counts,
+)
 from charpin_coordinator.reports.html_base import (
     MAX_HTML_ROWS,
     STATUS_CLASS,
     attr,
     code_span,
+    diff_block,
     dimension_body,
     footer,
     matrix_table,
@@ -34,6 +44,18 @@ from charpin_coordinator.reports.html_trend import (
 )
 
 
+class RunPage(NamedTuple):
+    """Where the page lives: the run's id, when it started (UTC, as shown), and each box's
+    folder beside drift.html (box label -> folder name), whose logs and receipt it links to.
+    `logs`: whether the box folders hold stdout.log and stderr.log (a fleet compare's hold the
+    receipt only)."""
+
+    run_id: str
+    started: str
+    folders: Mapping[str, str]
+    logs: bool = True
+
+
 def report_title(report: DriftReport) -> str:
     """The page's title: commit and exit code (what a browser tab or a history list shows)."""
     commit = (report.expected_commit or "unknown")[:12]
@@ -45,8 +67,10 @@ def render_html(
     *,
     trend: Mapping[str, Sequence[TrendPoint]] | None = None,
     flaky: Sequence[FlakyTest] | None = None,
+    run: RunPage | None = None,
 ) -> str:
-    """The report as one self-contained page (drift.html). `trend` (box -> runs, oldest first) and `flaky`
+    """The report as one self-contained page (drift.html). `run` adds the run id, its start and
+    links to each box's logs and receipt in the run folder. `trend` (box -> runs, oldest first) and `flaky`
     come from the run history when there is one; each adds its section only when given. A report
     made with `run --against` (report.since) adds the "Since" section: each box against its own
     earlier receipt; one with repeats or frozen side runs (report.repeats, .frozen_reruns) adds
@@ -58,6 +82,7 @@ def render_html(
         ("blocking", "What blocks"),
         ("outcomes", "Tests × boxes"),
         ("failing", "Failing tests"),
+        ("pins", "Pins"),
         ("drift", "Other drift"),
         ("not-evaluated", "Not evaluated"),
     ]
@@ -76,13 +101,15 @@ def render_html(
         sections.append(("flaky", "Flaky tests"))
     body = [
         f"<h1>{text(report_title(report))}</h1>",
+        _run_line(run),
         "<nav>" + "".join(f'<a href="#{key}">{name}</a>' for key, name in sections) + "</nav>",
         _summary(report),
-        _boxes(report),
+        _boxes(report, run),
         _gate_matrix(report),
         _blocking(report),
         _outcomes(report),
         _failing(report),
+        _pins(report),
         _other_drift(report),
         _not_evaluated(report),
     ]
@@ -131,30 +158,60 @@ def _summary(report: DriftReport) -> str:
     return "\n".join(out)
 
 
-def _boxes(report: DriftReport) -> str:
+def _run_line(run: RunPage | None) -> str:
+    if run is None:
+        return ""
+    return (
+        f'<p id="run-meta">run {code_span(run.run_id)} · started {text(run.started)}'
+        ' · <a href="drift.json">drift.json</a></p>'
+    )
+
+
+def _links(label: str, run: RunPage | None, *, receipt: bool = True) -> str:
+    """Links to the box's files in the run folder, relative to drift.html."""
+    folder = None if run is None else run.folders.get(label)
+    if folder is None or run is None:
+        return ""
+    base = urllib.parse.quote(folder, safe="")
+    names = ["stdout.log", "stderr.log"] if run.logs else []
+    names += ["receipt.json"] if receipt else []
+    return " · ".join(f'<a href="{attr(base)}/{name}">{name}</a>' for name in names)
+
+
+def _boxes(report: DriftReport, run: RunPage | None = None) -> str:
+    logs = run is not None and bool(run.folders)
     out = [
         '<section id="boxes"><h2>Boxes</h2>',
         '<table id="box-table"><thead><tr><th>box</th><th>commit</th><th>result</th>'
         "<th>collected</th><th>executed</th><th>outcomes</th><th>group</th><th>python</th>"
-        "<th>platform</th></tr></thead><tbody>",
+        "<th>platform</th>" + ("<th>files</th>" if logs else "") + "</tr></thead><tbody>",
     ]
     for box in report.boxes:
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items())) or "no outcomes"
+        counts = outcome_counts(box)
+        subtests = subtest_counts(box)
+        said = text(counts) + (
+            f'<br><span class="muted">{text(subtests)}</span>' if subtests else ""
+        )
         root = (
             f'<br><span class="muted">{{repo}} = {code_span(box.id_root)}</span>'
             if box.id_root
             else ""
         )
+        links = f"<td>{_links(box.label, run)}</td>" if logs else ""
         out.append(
-            f"<tr><td>{code_span(box.label)}{root}</td><td>{code_span(box.commit[:12])}</td>"
+            f'<tr data-box="{attr(box.label)}"><td>{code_span(box.label)}{root}</td>'
+            f"<td>{code_span(box.commit[:12])}</td>"
             f"<td>{text(box.interpretation)} (exit {box.exit_status})</td>"
-            f"<td>{box.collected}</td><td>{box.executed}</td><td>{text(counts)}</td>"
-            f"<td>{box.group + 1}</td><td>{text(box.python)}</td><td>{text(box.platform)}</td></tr>"
+            f"<td>{box.collected}</td><td>{box.executed}</td><td>{said}</td>"
+            f"<td>{box.group + 1}</td><td>{text(box.python)}</td><td>{text(box.platform)}</td>"
+            f"{links}</tr>"
         )
     for miss in report.not_evaluated:
+        links = f"<td>{_links(miss.label, run, receipt=False)}</td>" if logs else ""
         out.append(
-            f'<tr><td>{code_span(miss.label)}</td><td></td><td class="notevaluated" colspan="7">'
-            f"NOT EVALUATED ({text(miss.kind)}): {text(miss.reason)}</td></tr>"
+            f'<tr data-box="{attr(miss.label)}"><td>{code_span(miss.label)}</td><td></td>'
+            f'<td class="notevaluated" colspan="7">'
+            f"NOT EVALUATED ({text(miss.kind)}): {text(miss.reason)}</td>{links}</tr>"
         )
     out.append("</tbody></table></section>")
     return "\n".join(out)
@@ -232,14 +289,16 @@ def _failing(report: DriftReport) -> str:
         out.append(
             '<p class="muted">Failing tests are not drift: exit bit 1 carries them.</p>'
             '<table id="failing-tests"><thead><tr><th>box</th><th>test</th>'
-            "<th>failing subtests</th></tr></thead><tbody>"
+            "<th>failing subtests</th><th>why</th></tr></thead><tbody>"
         )
         for box in boxes:
             for test in box.failing[:MAX_HTML_ROWS]:
-                subtests = ", ".join(box.failing_subtests.get(test, []))
+                excerpt = failure_excerpt(box, test)
+                why = f'<pre class="excerpt">{text(chr(10).join(excerpt))}</pre>' if excerpt else ""
                 out.append(
                     f'<tr data-box="{attr(box.label)}"><td>{code_span(box.label)}</td>'
-                    f'<td class="fail id">{code_span(test)}</td><td>{text(subtests)}</td></tr>'
+                    f'<td class="fail id">{code_span(test)}</td>'
+                    f"<td>{text(failing_subtests(box, test))}</td><td>{why}</td></tr>"
                 )
         out.append("</tbody></table>")
         for box in boxes:
@@ -252,6 +311,23 @@ def _failing(report: DriftReport) -> str:
                     f'<p class="more">{text(box.label)}: the report lists the first '
                     f"{MAX_FAILING} failing tests; the receipt has them all.</p>"
                 )
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _pins(report: DriftReport) -> str:
+    """Each pin that did not pass, per box: golden against actual, as the receipt says."""
+    out = ['<section id="pins"><h2>Pins that did not pass</h2>']
+    drifted = [(box, pin, detail) for box in report.boxes for pin, detail in pin_drifts(box)]
+    if not drifted:
+        out.append('<p class="muted">Every replayed pin passed on every evaluated box.</p>')
+    for box, pin, detail in drifted[:MAX_HTML_ROWS]:
+        out.append(
+            f'<h3 data-box="{attr(box.label)}" data-pin="{attr(pin)}">{code_span(box.label)}: '
+            f"pin {code_span(pin)}</h3>"
+        )
+        out.append(diff_block("\n".join(detail)) if detail else '<p class="muted">no detail</p>')
+    out.append(more_note(len(drifted) - MAX_HTML_ROWS, "pins"))
     out.append("</section>")
     return "\n".join(out)
 

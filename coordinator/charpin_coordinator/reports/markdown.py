@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from charpin_coordinator.report import GATES, Dimension, DriftReport
+from charpin_coordinator.report import GATES, BoxSummary, Dimension, DriftReport
 from charpin_coordinator.reports import evidence_text
 from charpin_coordinator.reports.common import (
+    MAX_DIFF_LINES,
+    MAX_EXCERPT_LINES,
     MAX_ROWS,
     SINCE_LABELS,
     box_labels,
     capped_diff_lines,
+    failure_excerpt,
     footer_lines,
     gate_cell,
     groups_lines,
+    outcome_counts,
+    pin_drifts,
     since_title,
+    subtest_counts,
     subtests_note,
 )
 from charpin_coordinator.reports.escape import displayable, longest_backtick_run, md, md_code
@@ -35,7 +41,9 @@ def render_markdown(report: DriftReport) -> str:
         "|---|---|---|---|---|---|",
     ]
     for box in report.boxes:
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items()))
+        counts = outcome_counts(box)
+        if subtest_counts(box):
+            counts += f"; {subtest_counts(box)}"
         out.append(
             f"| {md(box.label)} | {md_code(box.commit[:12], table=True)} "
             f"| {md(box.interpretation)} ({box.exit_status}) "
@@ -61,14 +69,14 @@ def render_markdown(report: DriftReport) -> str:
     if tests:
         out += ["", "### Failing tests", ""]
         for box in tests:
-            shown_ids = ", ".join(
-                md_code(t) + md(subtests_note(box.failing_subtests.get(t)))
-                for t in box.failing[:MAX_ROWS]
-            )
-            more = len(box.failing) - MAX_ROWS
-            out.append(
-                f"- {md_code(box.label)}: {shown_ids}" + (f" and {more} more" if more > 0 else "")
-            )
+            out += _md_failing(box)
+    drifted = [box for box in report.boxes if box.pin_details]
+    if drifted:
+        out += ["", "### Pins that did not pass (golden against actual)", ""]
+        for box in drifted:
+            for pin, detail in pin_drifts(box):
+                out.append(f"- {md_code(box.label)}: pin {md_code(pin)}")
+                out += _fenced(detail[:MAX_DIFF_LINES], "diff", "  ")
     if report.dimensions:
         out += ["", "### Drift", ""]
         for dim in report.dimensions:
@@ -77,6 +85,32 @@ def render_markdown(report: DriftReport) -> str:
     out += evidence_text.markdown_lines(report, md, md_code)
     out += [""] + [f"> {md(line)}" for line in footer_lines(report)]
     return "\n".join(out) + "\n"
+
+
+def _md_failing(box: BoxSummary) -> list[str]:
+    """A box's failing tests: one line of ids, or, when the receipt says why they failed, one
+    item per test with its excerpt in a fenced block."""
+    shown = box.failing[:MAX_ROWS]
+    more = len(box.failing) - MAX_ROWS
+    tail = f" and {more} more" if more > 0 else ""
+    if not any(failure_excerpt(box, t) for t in shown):
+        ids = ", ".join(md_code(t) + md(subtests_note(box, t)) for t in shown)
+        return [f"- {md_code(box.label)}: {ids}{tail}"]
+    out = [f"- {md_code(box.label)}:"]
+    for test in shown:
+        out.append(f"  - {md_code(test)}{md(subtests_note(box, test))}")
+        out += _fenced(failure_excerpt(box, test, MAX_EXCERPT_LINES), "text", "    ")
+    if tail:
+        out.append(f"  - …{md(tail)}")
+    return out
+
+
+def _fenced(lines: list[str], info: str, indent: str) -> list[str]:
+    """lines as a fenced block inside a list item; the fence outruns any backtick run."""
+    if not lines:
+        return []
+    fence = "`" * max(3, longest_backtick_run("\n".join(lines)) + 1)
+    return [f"{indent}{fence}{info}", *(f"{indent}{line}" for line in lines), f"{indent}{fence}"]
 
 
 def _md_dimension(dim: Dimension, labels: list[str]) -> list[str]:

@@ -11,19 +11,27 @@ import io
 from charpin_coordinator.report import GATES, Dimension, DriftReport
 from charpin_coordinator.reports import evidence_text
 from charpin_coordinator.reports.common import (
+    MAX_DIFF_LINES,
+    MAX_EXCERPT_LINES,
     MAX_ROWS,
     SINCE_LABELS,
     box_labels,
     capped_diff_lines,
+    failure_excerpt,
     footer_lines,
     gate_cell,
     groups_lines,
+    outcome_counts,
+    pin_drifts,
     since_title,
+    subtest_counts,
     subtests_note,
 )
 from charpin_coordinator.reports.escape import displayable
 
 _STYLE = {"PASS": "green", "FAIL": "bold red", "INCOMPLETE": "yellow"}
+FAILING_TITLE = "failing tests (not drift: exit bit 1)"
+PINS_TITLE = "pins that did not pass (golden against actual)"
 
 
 def _header(report: DriftReport) -> str:
@@ -36,10 +44,11 @@ def _header(report: DriftReport) -> str:
 
 def _box_line(report: DriftReport, index: int) -> str:
     box = report.boxes[index]
-    counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items())) or "no outcomes"
+    subtests = subtest_counts(box)
     return (
         f"{box.label}: commit {box.commit[:12]} · {box.interpretation} (exit {box.exit_status}) · "
-        f"collected {box.collected} · executed {box.executed} · {counts}"
+        f"collected {box.collected} · executed {box.executed} · {outcome_counts(box)}"
+        + (f" · {subtests}" if subtests else "")
         + (f" · ids: {{repo}} = {box.id_root}" if box.id_root else "")
     )
 
@@ -90,7 +99,10 @@ def _render_plain(report: DriftReport) -> str:
         out += ["", "blocking"] + [f"  {line}" for line in failing]
     tests = _failing_tests(report)
     if tests:
-        out += ["", "failing tests (not drift: exit bit 1)"] + [f"  {line}" for line in tests]
+        out += ["", FAILING_TITLE] + [f"  {line}" for line in tests]
+    pins = _pin_lines(report)
+    if pins:
+        out += ["", PINS_TITLE] + [f"  {line}" for line in pins]
     out += _since_lines(report)
     out += evidence_text.text_lines(report)
     out += ["", *footer_lines(report)]
@@ -102,9 +114,20 @@ def _failing_tests(report: DriftReport) -> list[str]:
     lines = []
     for box in report.boxes:
         for test in box.failing[:MAX_ROWS]:
-            lines.append(f"{box.label}: {test}{subtests_note(box.failing_subtests.get(test))}")
+            lines.append(f"{box.label}: {test}{subtests_note(box, test)}")
+            lines += [f"    {line}" for line in failure_excerpt(box, test, MAX_EXCERPT_LINES)]
         if len(box.failing) > MAX_ROWS:
             lines.append(f"{box.label}: ... {len(box.failing) - MAX_ROWS} more in drift.json")
+    return lines
+
+
+def _pin_lines(report: DriftReport) -> list[str]:
+    """Per box, each pin that did not pass, and golden against actual as the receipt says."""
+    lines = []
+    for box in report.boxes:
+        for pin, detail in pin_drifts(box):
+            lines.append(f"{box.label}: pin {pin}")
+            lines += [f"    {line}" for line in detail[:MAX_DIFF_LINES]]
     return lines
 
 
@@ -162,14 +185,15 @@ def _render_rich(report: DriftReport) -> str:
     for column in ("box", "commit", "result", "collected", "executed", "outcomes", "group"):
         boxes.add_column(column)
     for box in report.boxes:
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(box.counts.items()))
+        counts = outcome_counts(box)
+        subtests = subtest_counts(box)
         boxes.add_row(
             cell(box.label),
             cell(box.commit[:12]),
             cell(f"{box.interpretation} ({box.exit_status})"),
             cell(str(box.collected)),
             cell(str(box.executed)),
-            cell(counts),
+            cell(f"{counts}; {subtests}" if subtests else counts),
             cell(str(box.group + 1)),
         )
     for miss in report.not_evaluated:
@@ -199,6 +223,11 @@ def _render_rich(report: DriftReport) -> str:
     console.print(gates)
     for line in _failing(report):
         console.print(cell(line))
+    for title, lines in ((FAILING_TITLE, _failing_tests(report)), (PINS_TITLE, _pin_lines(report))):
+        if lines:
+            console.print(cell(title, "bold"))
+            for line in lines:
+                console.print(cell(f"  {line}"))
     for line in _since_lines(report)[1:]:
         console.print(cell(line))
     for line in evidence_text.text_lines(report)[1:]:
