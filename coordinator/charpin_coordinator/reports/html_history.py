@@ -56,7 +56,8 @@ def history_sections(history: Path | None, report: DriftReport, run_id: str) -> 
 
 def _flaky(history: Path, report: DriftReport) -> list[FlakyTest]:
     """Each test that failed on a box in this run (its record or a repeat) and passed on the
-    same box and commit in another run or repeat, this run's own included. Counted as `ledger
+    same box and tree state (commit and uncommitted changes) in another run or repeat, this
+    run's own included. Counted as `ledger
     suggest` counts: each repeat is a run of its own (a flip within one night's repeats is flake
     evidence); frozen side runs are left out (run apart from the gated set, after it, and their
     "not run" is no outcome at all)."""
@@ -74,11 +75,15 @@ def _flaky(history: Path, report: DriftReport) -> list[FlakyTest]:
                 lines = []  # a test the history has never seen: this run's repeats still count
             else:
                 lines = [line for line in timeline.boxes if line.box == box.label]
+            # Runs of the same tree state only (commit and uncommitted changes): a failure an
+            # uncommitted edit explains is no evidence of flakiness.
             earlier = [
                 p.outcome
                 for line in lines
                 for p in line.points
-                if p.source == RUN and p.commit == box.commit and p.outcome in _COUNTED
+                if p.source == RUN
+                and (p.commit, p.tree_state) == (box.commit, box.tree_state)
+                and p.outcome in _COUNTED
             ]
             outcomes = [*tonight, *earlier]
             failed = sum(1 for outcome in outcomes if outcome in _FAILING)

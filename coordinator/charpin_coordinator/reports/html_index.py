@@ -48,11 +48,12 @@ def derive_trend(runs: Sequence[IndexedRun]) -> dict[str, list[TrendPoint]]:
 
 
 def derive_flaky(runs: Sequence[IndexedRun]) -> list[FlakyTest]:
-    """Tests that failed in some but not all runs of the same commit on the same box. Each
+    """Tests that failed in some but not all runs of the same tree state (commit and
+    uncommitted changes, treestate.py) on the same box. Each
     repeat of a run (`run --repeat`, the report's Repeats section) is a run of its own, as
     `ledger suggest` counts them; a repeat that ran without the test is no run of it. A box
     whose failing list was capped says nothing about the tests it does not list: skipped."""
-    seen: dict[tuple[str, str], list[TriedRun]] = {}
+    seen: dict[tuple[str, str, str | None], list[TriedRun]] = {}
     for run in runs:
         if run.report is None:
             continue
@@ -60,9 +61,10 @@ def derive_flaky(runs: Sequence[IndexedRun]) -> list[FlakyTest]:
         for box in run.report.boxes:
             if len(box.failing) >= MAX_FAILING:
                 continue
-            seen.setdefault((box.label, box.commit), []).extend(tried_runs(box, repeats))
+            key = (box.label, box.commit, box.tree_state)
+            seen.setdefault(key, []).extend(tried_runs(box, repeats))
     found: dict[tuple[str, str], list[int]] = {}
-    for (label, _commit), tried in seen.items():
+    for (label, _commit, _state), tried in seen.items():
         for test in set().union(*(t.failing for t in tried)):
             ran = [t for t in tried if test not in t.absent]
             failed = sum(1 for t in ran if test in t.failing)

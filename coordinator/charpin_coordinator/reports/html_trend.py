@@ -24,7 +24,7 @@ class TrendPoint(NamedTuple):
 
 
 class FlakyTest(NamedTuple):
-    """A test that failed in some runs of the same commit on a box and not in others."""
+    """A test that failed in some runs of the same tree state on a box and not in others."""
 
     test: str
     box: str
@@ -85,8 +85,10 @@ def _point_title(point: TrendPoint) -> str:
 def flaky_section(flaky: Sequence[FlakyTest]) -> str:
     out = [
         '<section id="flaky"><h2>Flaky tests</h2>',
-        '<p class="muted">Tests that failed in some runs of one commit on a box and passed in '
-        "others (each repeat of run --repeat is a run of its own).</p>",
+        '<p class="muted">Tests that failed in some runs of one tree state on a box and passed '
+        "in others: the same commit and the same uncommitted changes, so a failure an "
+        "uncommitted edit explains does not count (each repeat of run --repeat is a run of its "
+        "own).</p>",
     ]
     if not flaky:
         out.append('<p class="muted">None found.</p>')
