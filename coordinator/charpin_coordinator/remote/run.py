@@ -233,7 +233,10 @@ def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = 
                 report,
                 history,
                 RunPage(
-                    shared.run_id, started, results.safe_folders(o.label for o in fan.outcomes)
+                    shared.run_id,
+                    started,
+                    results.safe_folders(o.label for o in fan.outcomes),
+                    pins_actual={o.label: results.pins_actual_folders(o) for o in fan.outcomes},
                 ),
             ),
         ),

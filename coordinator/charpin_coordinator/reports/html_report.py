@@ -54,6 +54,9 @@ class RunPage(NamedTuple):
     started: str
     folders: Mapping[str, str]
     logs: bool = True
+    # box label -> pin id -> its folder under `<box>/pins-actual/` (the pins whose actual
+    # outputs the receipt brought back).
+    pins_actual: Mapping[str, Mapping[str, str]] = {}
 
 
 def report_title(report: DriftReport) -> str:
@@ -109,7 +112,7 @@ def render_html(
         _blocking(report),
         _outcomes(report),
         _failing(report),
-        _pins(report),
+        _pins(report, run),
         _other_drift(report),
         _not_evaluated(report),
     ]
@@ -176,6 +179,17 @@ def _links(label: str, run: RunPage | None, *, receipt: bool = True) -> str:
     names = ["stdout.log", "stderr.log"] if run.logs else []
     names += ["receipt.json"] if receipt else []
     return " · ".join(f'<a href="{attr(base)}/{name}">{name}</a>' for name in names)
+
+
+def _actual_links(label: str, pin: str, run: RunPage | None) -> str:
+    folder = None if run is None else run.folders.get(label)
+    where = None if run is None else run.pins_actual.get(label, {}).get(pin)
+    if folder is None or where is None:
+        return ""
+    base = f"{urllib.parse.quote(folder, safe='')}/pins-actual/{urllib.parse.quote(where, safe='')}"
+    files = ("stdout", "stderr", "exit_code", "about.json")
+    links = " · ".join(f'<a href="{attr(base)}/{name}">{name}</a>' for name in files)
+    return f'<p class="actual">actual outputs in the run folder: {links}</p>'
 
 
 def _boxes(report: DriftReport, run: RunPage | None = None) -> str:
@@ -315,8 +329,9 @@ def _failing(report: DriftReport) -> str:
     return "\n".join(out)
 
 
-def _pins(report: DriftReport) -> str:
-    """Each pin that did not pass, per box: golden against actual, as the receipt says."""
+def _pins(report: DriftReport, run: RunPage | None = None) -> str:
+    """Each pin that did not pass, per box: golden against actual, as the receipt says, and
+    links to its actual outputs in the run folder."""
     out = ['<section id="pins"><h2>Pins that did not pass</h2>']
     drifted = [(box, pin, detail) for box in report.boxes for pin, detail in pin_drifts(box)]
     if not drifted:
@@ -327,6 +342,7 @@ def _pins(report: DriftReport) -> str:
             f"pin {code_span(pin)}</h3>"
         )
         out.append(diff_block("\n".join(detail)) if detail else '<p class="muted">no detail</p>')
+        out.append(_actual_links(box.label, pin, run))
     out.append(more_note(len(drifted) - MAX_HTML_ROWS, "pins"))
     out.append("</section>")
     return "\n".join(out)

@@ -31,7 +31,10 @@ from charpin_coordinator.reports.escape import displayable
 
 _STYLE = {"PASS": "green", "FAIL": "bold red", "INCOMPLETE": "yellow"}
 FAILING_TITLE = "failing tests (not drift: exit bit 1)"
-PINS_TITLE = "pins that did not pass (golden against actual)"
+PINS_TITLE = (
+    "pins that did not pass (golden against actual; a run folder keeps their actual outputs "
+    "under <box>/pins-actual/)"
+)
 
 
 def _header(report: DriftReport) -> str:

@@ -20,7 +20,15 @@ from charpin_runner.pins import repoguard
 from charpin_runner.pins.execute import Run, Session, reaping, run_case
 from charpin_runner.pins.model import Observation, Pin
 from charpin_runner.pins.store import load_pins
-from charpin_runner.receipt import DETAIL_LINES, PinResult, Pins, PinStatus
+from charpin_runner.receipt import (
+    ACTUAL_BYTES,
+    ACTUAL_PINS,
+    DETAIL_LINES,
+    ActualOutput,
+    PinResult,
+    Pins,
+    PinStatus,
+)
 
 
 @dataclass(frozen=True)
@@ -186,8 +194,11 @@ def replay_for_receipt(
         session.wrap = wrap
         outcomes = replay(session, pin_set.all, jobs_for(pins_config, None))
     results = []
+    kept = 0  # failing pins whose actual outputs the receipt carries
     for outcome in outcomes:
         obs = outcome.run.observation
+        actual = actual_outputs(outcome) if kept < ACTUAL_PINS else []
+        kept += bool(actual)
         results.append(
             PinResult(
                 id=outcome.pin.case.id,
@@ -198,9 +209,31 @@ def replay_for_receipt(
                 files={path: entry.sha256 for path, entry in sorted(obs.files.items())},
                 failure_class=outcome.failure_class,
                 detail=_detail(outcome, pins_config.diff_lines),
+                actual=actual,
             )
         )
     return Pins(source, True, results)
+
+
+def actual_outputs(outcome: Outcome, cap: int = ACTUAL_BYTES) -> list[ActualOutput]:
+    """A pin that did not pass: its actual stdout, stderr and output files, at most cap bytes
+    in all (in that order), so the receipt brings back what a remote box's run folder loses."""
+    if outcome.status == "passed" or outcome.run.error is not None:
+        return []
+    obs = outcome.run.observation
+    parts = [("stdout", obs.stdout), ("stderr", obs.stderr)]
+    parts += [(f"out/{rel}", data) for rel, data in sorted(outcome.run.file_bytes.items())]
+    found = []
+    left = cap
+    for name, data in parts:
+        kept = data[: max(left, 0)]
+        left -= len(kept)
+        try:
+            text, exact = kept.decode("utf-8"), len(kept) == len(data)
+        except UnicodeDecodeError:
+            text, exact = kept.decode("utf-8", "backslashreplace"), False
+        found.append(ActualOutput(name=name, text=text, size=len(data), exact=exact))
+    return found
 
 
 def _detail(outcome: Outcome, cap: int) -> list[str]:
