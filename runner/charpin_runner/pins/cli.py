@@ -31,7 +31,7 @@ from charpin_runner.errors import (
     UsageError,
 )
 from charpin_runner.pins import compare as cmp
-from charpin_runner.pins.crash import crashed_goldens, pythonpath_rels, unexpected_crashes
+from charpin_runner.pins.crash import compared, crashed_goldens, pythonpath_rels, unexpected_crashes
 from charpin_runner.pins.execute import Session, reaping
 from charpin_runner.pins.model import Case, Pin, check_id
 from charpin_runner.pins.prove import prove, weak_pins
@@ -100,6 +100,13 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help="the pin of --id or --update ID records a crash on purpose (an uncaught exception "
         "or a signal), which record otherwise refuses; --no-expect-crash takes that back",
+    )
+    rec.add_argument(
+        "--crash-frames",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --expect-crash: compare the traceback's frames (files, line numbers) too; by "
+        "default a crash pin compares what the caller sees (exception, message, exit code)",
     )
     rec.add_argument(
         "command", nargs="*", help="after --: the script (*.py) or command and its args"
@@ -324,7 +331,9 @@ def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConf
     judged = run.error is None and not run.timed_out and run.limit is None
     _report_outside([p for p in run.outside_writes if judged or p.startswith("$REPO/")], config)
     if outcome.pin.golden is not None and judged:
-        for line in cmp.describe(outcome.pin.golden, run.observation, config.diff_lines):
+        pin = outcome.pin
+        seen = (compared(pin, outcome.pin.golden), compared(pin, run.observation))
+        for line in cmp.describe(*seen, config.diff_lines):
             print(f"  {line}")
     try:
         shown = folder.relative_to(repo).as_posix()
@@ -435,18 +444,30 @@ def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> l
 def _expecting(args: argparse.Namespace, wanted: list[Pin], new: Optional[Case]) -> list[Pin]:
     """--expect-crash / --no-expect-crash on the pins it names: --id's, or --update ID's."""
     flag: Optional[bool] = args.expect_crash
-    if flag is None:
+    frames: Optional[bool] = args.crash_frames
+    if flag is None and frames is None:
         return wanted
     named = {u for u in args.update or [] if u != _ALL} | ({new.id} if new is not None else set())
     if not named:
+        option = "--expect-crash" if flag is not None else "--crash-frames"
         raise UsageError(
-            "--expect-crash is said of one pin: name it with --id NAME (a new pin) or "
+            f"{option} is said of one pin: name it with --id NAME (a new pin) or "
             "--update ID (a recorded or pending one)"
         )
-    return [
-        Pin(dataclasses.replace(p.case, expect_crash=flag), p.golden) if p.case.id in named else p
-        for p in wanted
-    ]
+    out = []
+    for pin in wanted:
+        case = pin.case
+        if case.id in named:
+            expect = case.expect_crash if flag is None else flag
+            keep = case.crash_frames if frames is None else frames
+            if keep and not expect:
+                raise UsageError(
+                    f"--crash-frames is for a pin that expects a crash; add --expect-crash "
+                    f"(pin {case.id})"
+                )
+            case = dataclasses.replace(case, expect_crash=expect, crash_frames=keep and expect)
+        out.append(Pin(case, pin.golden))
+    return out
 
 
 def _record(args: argparse.Namespace) -> int:

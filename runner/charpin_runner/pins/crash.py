@@ -12,6 +12,13 @@ and a dependency's import crash, unless the pin expects a crash (Case.expect_cra
 `expect_crash`, a case folder's expect.json, `record --expect-crash`); a pin that expects one and
 does not crash is refused too. `check` warns about crash goldens recorded without the
 expectation (before record refused them) and `check --prove` fails on them.
+
+A pin that expects a crash is replayed against what the caller sees (caller_view): each
+traceback keeps its header and its exception lines (type and message, chained ones too), and
+its frames (`  File "x.py", line 12, in f`, the source lines, the carets) are left out of the
+comparison, so a refactor that only moves lines stays green; the exit code and everything else
+the program printed are compared as ever. `crash_frames` (pins.jsonl), `"frames": true`
+(expect.json) or `record --crash-frames` compares the frames too.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -45,6 +52,32 @@ _DEPTH = 2
 _NO_MAIN = re.compile(rb"is a package and cannot be directly executed$")
 # The line an uncaught exception's traceback starts with (also each chained one's).
 _TRACEBACK = b"Traceback (most recent call last):"
+
+
+def caller_view(data: bytes) -> bytes:
+    """data with each traceback's frames left out: what follows a `Traceback (most recent call
+    last):` line up to the exception line is indented (frames, source lines, carets)."""
+    if _TRACEBACK not in data:
+        return data
+    out = []
+    in_frames = False
+    for line in data.splitlines(keepends=True):
+        if line.rstrip() == _TRACEBACK:
+            in_frames = True
+        elif in_frames and line[:1] in (b" ", b"\t") and line.strip():
+            continue
+        else:
+            in_frames = False
+        out.append(line)
+    return b"".join(out)
+
+
+def compared(pin: Pin, obs: Observation) -> Observation:
+    """obs as replay compares it for pin: a pin that expects a crash without crash_frames is
+    compared on what the caller sees (caller_view of its streams)."""
+    if not pin.case.expect_crash or pin.case.crash_frames:
+        return obs
+    return replace(obs, stdout=caller_view(obs.stdout), stderr=caller_view(obs.stderr))
 
 
 class CrashError(CharpinError):

@@ -17,6 +17,7 @@ from charpin_runner.config import CharpinConfig, PinsConfig
 from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
+from charpin_runner.pins.crash import compared
 from charpin_runner.pins.execute import Run, Session, reaping, run_case
 from charpin_runner.pins.model import Observation, Pin
 from charpin_runner.pins.store import load_pins
@@ -72,7 +73,8 @@ def judge(pin: Pin, run: Run, comparator: cmp.Comparator = cmp.compare) -> Outco
     if pin.golden is None:
         classes.append(cmp.ERROR)
     else:
-        classes.extend(comparator(pin.golden, run.observation))
+        # A pin that expects a crash: what the caller sees, not the traceback's frames.
+        classes.extend(comparator(compared(pin, pin.golden), compared(pin, run.observation)))
     ordered = [name for name in cmp.PRIORITY if name in classes]
     return Outcome(pin, run, ordered)
 
@@ -243,4 +245,6 @@ def _detail(outcome: Outcome, cap: int) -> list[str]:
     golden = outcome.pin.golden
     if outcome.run.error or golden is None:
         return [f"error: {outcome.run.error or 'no golden recorded'}"]
-    return cmp.describe(golden, outcome.run.observation, min(cap, DETAIL_LINES))[:DETAIL_LINES]
+    pin, actual = outcome.pin, outcome.run.observation
+    seen = cmp.describe(compared(pin, golden), compared(pin, actual), min(cap, DETAIL_LINES))
+    return seen[:DETAIL_LINES]
