@@ -206,6 +206,15 @@ def _check(args: argparse.Namespace) -> int:
     failed = [o for o in outcomes if o.classes]
     for outcome in failed:
         _report_failure(outcome, write_actual(actual_root, outcome), repo, config)
+    for outcome in outcomes:
+        golden = outcome.pin.golden
+        fewer = [] if golden is None else cmp.fewer_env_reads(golden, outcome.run.observation)
+        if fewer and not outcome.classes:
+            print(
+                f"note: pin {outcome.pin.case.id} no longer reads env {', '.join(fewer)} (no new "
+                f"input, not drift); `charpin pins record --update {outcome.pin.case.id}` "
+                "records the narrower set"
+            )
     passed = len(outcomes) - len(failed)
     print(f"pins: {passed} passed, {len(failed)} drifted, of {len(outcomes)}")
     status = EXIT_DRIFT if failed else EXIT_CLEAN
