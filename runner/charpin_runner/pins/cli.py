@@ -31,7 +31,8 @@ from charpin_runner.errors import (
     UsageError,
 )
 from charpin_runner.pins import compare as cmp
-from charpin_runner.pins.crash import compared, crashed_goldens, pythonpath_rels, unexpected_crashes
+from charpin_runner.pins.crash import crashed_goldens, pythonpath_rels, unexpected_crashes
+from charpin_runner.pins.detail import describe_pin
 from charpin_runner.pins.execute import Session, reaping
 from charpin_runner.pins.model import Case, Pin, check_id
 from charpin_runner.pins.prove import prove, weak_pins
@@ -340,9 +341,9 @@ def _report_failure(outcome: Outcome, folder: Path, repo: Path, config: PinsConf
     judged = run.error is None and not run.timed_out and run.limit is None
     _report_outside([p for p in run.outside_writes if judged or p.startswith("$REPO/")], config)
     if outcome.pin.golden is not None and judged:
-        pin = outcome.pin
-        seen = (compared(pin, outcome.pin.golden), compared(pin, run.observation))
-        for line in cmp.describe(*seen, config.diff_lines):
+        for line in describe_pin(
+            outcome.pin, outcome.pin.golden, run.observation, config.diff_lines
+        ):
             print(f"  {line}")
     try:
         shown = folder.relative_to(repo).as_posix()

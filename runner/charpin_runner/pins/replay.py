@@ -18,6 +18,7 @@ from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
 from charpin_runner.pins.crash import compared
+from charpin_runner.pins.detail import describe_pin
 from charpin_runner.pins.execute import Run, Session, reaping, run_case
 from charpin_runner.pins.model import Observation, Pin
 from charpin_runner.pins.store import load_pins
@@ -245,6 +246,5 @@ def _detail(outcome: Outcome, cap: int) -> list[str]:
     golden = outcome.pin.golden
     if outcome.run.error or golden is None:
         return [f"error: {outcome.run.error or 'no golden recorded'}"]
-    pin, actual = outcome.pin, outcome.run.observation
-    seen = cmp.describe(compared(pin, golden), compared(pin, actual), min(cap, DETAIL_LINES))
+    seen = describe_pin(outcome.pin, golden, outcome.run.observation, min(cap, DETAIL_LINES))
     return seen[:DETAIL_LINES]
