@@ -31,7 +31,12 @@ from charpin_runner.errors import (
     UsageError,
 )
 from charpin_runner.pins import compare as cmp
-from charpin_runner.pins.crash import crashed_goldens, pythonpath_rels, unexpected_crashes
+from charpin_runner.pins.crash import (
+    crashed_goldens,
+    pythonpath_rels,
+    unexpected_crashes,
+    with_crash_flags,
+)
 from charpin_runner.pins.detail import describe_pin
 from charpin_runner.pins.execute import Session, reaping
 from charpin_runner.pins.model import Case, Pin, check_id
@@ -464,20 +469,7 @@ def _expecting(args: argparse.Namespace, wanted: list[Pin], new: Optional[Case])
             f"{option} is said of one pin: name it with --id NAME (a new pin) or "
             "--update ID (a recorded or pending one)"
         )
-    out = []
-    for pin in wanted:
-        case = pin.case
-        if case.id in named:
-            expect = case.expect_crash if flag is None else flag
-            keep = case.crash_frames if frames is None else frames
-            if keep and not expect:
-                raise UsageError(
-                    f"--crash-frames is for a pin that expects a crash; add --expect-crash "
-                    f"(pin {case.id})"
-                )
-            case = dataclasses.replace(case, expect_crash=expect, crash_frames=keep and expect)
-        out.append(Pin(case, pin.golden))
-    return out
+    return with_crash_flags(wanted, named, flag, frames)
 
 
 def _record(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from charpin_runner.errors import EXIT_DRIFT, CharpinError
+from charpin_runner.errors import EXIT_DRIFT, CharpinError, UsageError
 from charpin_runner.pins.model import Observation, Pin
 
 # The last line of an uncaught ModuleNotFoundError/ImportError, or `python -m`'s own
@@ -257,3 +257,24 @@ def crashed_goldens(repo: Path, pins: list[Pin]) -> list[tuple[Pin, ImportCrash]
             if crash is not None and not (pin.case.expect_crash and crash.root is None):
                 found.append((pin, crash))
     return found
+
+
+def with_crash_flags(
+    pins: list[Pin], named: set[str], expect: Optional[bool], frames: Optional[bool]
+) -> list[Pin]:
+    """pins with `record --[no-]expect-crash` / `--[no-]crash-frames` applied to those named
+    (None: the flag was not given); crash_frames without expect_crash is a usage error."""
+    out = []
+    for pin in pins:
+        case = pin.case
+        if case.id in named:
+            crash = case.expect_crash if expect is None else expect
+            keep = case.crash_frames if frames is None else frames
+            if keep and not crash:
+                raise UsageError(
+                    f"--crash-frames is for a pin that expects a crash; add --expect-crash "
+                    f"(pin {case.id})"
+                )
+            case = replace(case, expect_crash=crash, crash_frames=keep and crash)
+        out.append(Pin(case, pin.golden))
+    return out
