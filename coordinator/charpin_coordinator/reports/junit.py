@@ -25,7 +25,7 @@ from typing import NamedTuple, Protocol
 from charpin_runner.receipt import Receipt
 
 from charpin_coordinator.report import BoxSummary, DriftReport, NotEvaluated
-from charpin_coordinator.reports.common import failing_subtests, failure_excerpt
+from charpin_coordinator.reports.common import failure_excerpt
 
 # XML 1.0 cannot carry most control characters, even escaped; receipts may contain anything.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -201,11 +201,13 @@ def _tests_suite(root: ET.Element, box: BoxSummary, rows: Sequence[TestRow] | No
 
 
 def _why(box: BoxSummary, test: str) -> str:
-    """A failing test's text: its excerpt, then the subtests that failed."""
+    """A failing test's text: its excerpt, then the subtests that failed, one a line."""
     lines = failure_excerpt(box, test)
-    subtests = failing_subtests(box, test)
-    if subtests:
-        lines = [*lines, f"failing subtests: {subtests}"]
+    named = box.failing_subtests.get(test, [])
+    more = box.failing_subtest_counts.get(test, len(named)) - len(named)
+    if named or more > 0:
+        lines = [*lines, "failing subtests:", *named]
+        lines += [f"and {more} more" if named else f"{more} failed"] if more > 0 else []
     return "\n".join(lines)
 
 
