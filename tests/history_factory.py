@@ -12,8 +12,9 @@ from typing import Any
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.remote.boxrun import BoxOutcome
 from charpin_coordinator.remote.results import ReportFiles, write_run
-from charpin_coordinator.render import encode_json, render_markdown
 from charpin_coordinator.report import NotEvaluated
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.markdown import render_markdown
 from charpin_runner.receipt import Receipt, dumps
 
 from tests.receipt_factory import IDS, make_receipt

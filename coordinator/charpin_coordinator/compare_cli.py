@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ from charpin_runner.receipt import Receipt
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.evidence import REPEATS_FOLDER
 from charpin_coordinator.receipts import read_receipt_file
-from charpin_coordinator.render import encode_json, render_markdown, render_text
 from charpin_coordinator.report import DriftReport
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.markdown import render_markdown
+from charpin_coordinator.reports.text import render_text
 
 # The FILE of --markdown that means standard output.
 STDOUT = "-"
@@ -53,6 +56,12 @@ def add_parsers(sub: Any) -> None:
         "it instead of the text report, as `run --markdown` does",
     )
     add_color_option(parser)
+    parser.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help="also write JUnit XML: per box a suite of gates, one of every test, one of pins",
+    )
     parser.add_argument(
         "--record",
         action="store_true",
@@ -93,6 +102,12 @@ def run_compare(args: argparse.Namespace) -> int:
         from charpin_coordinator.remote.output import write_file
 
         write_file(Path(markdown), render_markdown(report).encode())
+    if args.junit:
+        from charpin_coordinator.remote.output import write_file
+        from charpin_coordinator.reports.junit import receipt_cases, to_junit
+
+        cases = {label: receipt_cases(receipt) for label, receipt in labeled}
+        write_file(args.junit, to_junit(report, cases))
     if args.json:
         sys.stdout.buffer.write(encode_json(report))
     elif markdown == STDOUT:
@@ -133,15 +148,39 @@ def _record(
     repo, database = history
     out_dir = (args.out or repo / ".charpin" / "runs").absolute()
     boxes = [(label, receipt, path) for (label, receipt), path in zip(labeled, paths, strict=True)]
+    run_id = new_run_id()
+    page = _compare_html(report, database, run_id, labeled)
     try:
         ensure_folder(repo, out_dir)
         folder = write_compare(
-            out_dir, new_run_id(), boxes, encode_json(report), render_markdown(report).encode()
+            out_dir, run_id, boxes, encode_json(report), render_markdown(report).encode(), page
         )
     except OSError as exc:
         raise UsageError(f"cannot write under {out_dir}: {exc.strerror}; pass --out DIR") from exc
     sys.stderr.write(f"charpin-remote: compare kept in {shown_path(folder)}\n")
     return hooks.record_after(database, [folder], repo=repo)
+
+
+def _compare_html(
+    report: DriftReport, database: Path, run_id: str, labeled: list[tuple[str, Receipt]]
+) -> bytes:
+    """drift.html for the kept compare: the run id, when its receipts were made, links to each
+    box's receipt (a fleet compare has no logs), and the trend and flaky tests from the history
+    it is about to join."""
+    from charpin_coordinator.remote.results import safe_folders
+    from charpin_coordinator.reports.html_history import history_sections
+    from charpin_coordinator.reports.html_report import RunPage, render_html
+
+    starts = sorted(receipt.started_at for _, receipt in labeled)
+    started = starts[0] if len(set(starts)) == 1 else f"{starts[0]} to {starts[-1]}"
+    page = RunPage(
+        run_id,
+        f"{started} (receipts), compared {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+        safe_folders(label for label, _ in labeled),
+        logs=False,
+    )
+    trend, flaky = history_sections(database, report, run_id)
+    return render_html(report, trend=trend, flaky=flaky, run=page).encode()
 
 
 def _markdown_target(receipts: list[Path], markdown: str | None) -> tuple[list[Path], str | None]:

@@ -30,6 +30,7 @@ from charpin_coordinator.report import (
     GateResult,
     NotEvaluated,
 )
+from charpin_coordinator.treestate import tree_state
 
 __all__ = ["NotEvaluated", "build_report"]
 
@@ -156,7 +157,47 @@ def _summary(label: str, r: Receipt, group: int) -> BoxSummary:
             for t in failing
             if t in r.subtests and r.subtests[t].failing
         },
+        subtests=_subtest_totals(r),
+        failing_subtest_counts={
+            t: r.subtests[t].failed for t in failing if t in r.subtests and r.subtests[t].failed
+        },
+        failure_excerpts=failure_excerpts(r, failing),
+        tree_state=tree_state(r),
+        pin_details={p.id: list(p.detail) for p in r.pins.results if p.status != "passed"},
     )
+
+
+def _subtest_totals(r: Receipt) -> dict[str, int]:
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    for sub in r.subtests.values():
+        totals["passed"] += sub.passed
+        totals["failed"] += sub.failed
+        totals["skipped"] += sub.skipped
+    return {k: v for k, v in totals.items() if v}
+
+
+# What one failing test's excerpt may hold in a report (the receipt bounds it first).
+MAX_EXCERPT_LINES = 60
+MAX_EXCERPT_LINE = 500
+
+
+def failure_excerpts(r: Receipt, failing: Sequence[str]) -> dict[str, list[str]]:
+    """The one place a receipt's per-test failure excerpt is read: failing test -> its lines
+    (each line its own string, so no renderer can be made to forge a line by it).
+
+    The receipt field (`failure_excerpt`, node id -> bounded, redacted text) is being added to
+    the runner's schema; until a receipt carries it this returns {} and every renderer shows
+    the test by its id alone."""
+    found = getattr(r, "failure_excerpt", None)
+    if not isinstance(found, dict):
+        return {}
+    out = {}
+    for test in failing:
+        text = found.get(test)
+        if isinstance(text, str) and text.strip():
+            lines = text.rstrip("\n").split("\n")[-MAX_EXCERPT_LINES:]
+            out[test] = [line[:MAX_EXCERPT_LINE] for line in lines]
+    return out
 
 
 def _vacuity(receipts: Sequence[Labeled], gates: list[GateResult]) -> list[str]:

@@ -36,8 +36,9 @@ ACTIONS: dict[GateName, str] = {
     "exact ids, and stop the frozen test from running",
     "Completeness": "the run did not account for its tests: look for os._exit, crashes or hooks "
     "that drop items, then re-run",
-    "Pin replay": "run `charpin pins check` on a checkout of that commit (failing outputs land in "
-    ".charpin/pins-actual/ID/); if the change is intended, update the pin in a commit of its own",
+    "Pin replay": "read golden against actual in the report (the run folder keeps each failing "
+    "pin's actual outputs under <box>/pins-actual/ID/; `charpin pins check` on a checkout of that "
+    "commit gives them whole); if the change is intended, update the pin in a commit of its own",
 }
 
 

@@ -35,7 +35,7 @@ from typing import Any, Final
 from charpin_runner.fixtures import printable
 
 from charpin_coordinator.remote.hosts import is_secret_name
-from charpin_coordinator.render import shown
+from charpin_coordinator.reports.escape import shown
 
 MIN_SECRET_CHARS: Final = 8
 

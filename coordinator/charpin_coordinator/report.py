@@ -83,6 +83,19 @@ class BoxSummary(Base):
     failing_subtests: dict[str, list[str]] = msgspec.field(default_factory=dict)
     # The checkout path `{repo}` stands for in this box's node ids, when any id held it.
     id_root: str | None = None
+    # Subtests over the whole box (passed, failed, skipped), when any test ran some.
+    subtests: dict[str, int] = msgspec.field(default_factory=dict)
+    # Per failing test with subtests: how many of them failed (the receipt names the first few
+    # only, failing_subtests; the count is complete, so a report can say how many it left out).
+    failing_subtest_counts: dict[str, int] = msgspec.field(default_factory=dict)
+    # Per failing test: a bounded, redacted excerpt of why (assertion message, the end of the
+    # test's report) as lines, when the receipt carries one. See drift.failure_excerpts.
+    failure_excerpts: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    # What the box's working tree held besides the commit at the start: "" when clean, else the
+    # digest of the uncommitted changes and untracked files (treestate.py). None: not known.
+    tree_state: str | None = None
+    # Per pin that did not pass on this box: golden against actual (the receipt's bounded detail).
+    pin_details: dict[str, list[str]] = msgspec.field(default_factory=dict)
 
 
 class GateResult(Base):

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from charpin_runner import config as charpin_config
 from charpin_runner.config import CharpinConfig
-from charpin_runner.errors import EXIT_CLEAN, CharpinError, UsageError
+from charpin_runner.errors import EXIT_CLEAN, EXIT_DRIFT, CharpinError, UsageError
 from charpin_runner.pins.execute import reaping
 from charpin_runner.pins.imports import cram, seed000, seed001, seed002, seed003, trycmd
 from charpin_runner.pins.imports.common import (
@@ -203,6 +203,17 @@ def _run(args: argparse.Namespace, repo: Path, cfg: CharpinConfig, plan: Plan) -
         print(f"warning: {line}", file=sys.stderr)
     for line in summary_lines(result):
         print(line)
+    if result.refused:
+        # One file per shell session (cram): the good ones are written, each bad one said.
+        for line in result.refused:
+            print(line, file=sys.stderr)
+        sources = sum(1 for line in result.refused if not line.startswith(" "))
+        print(
+            f"charpin: error: {result.fmt}: {sources} file(s) not imported (above); the "
+            f"{len(result.imported)} others are written and replay green",
+            file=sys.stderr,
+        )
+        return EXIT_DRIFT
     return EXIT_CLEAN
 
 

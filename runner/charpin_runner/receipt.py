@@ -25,6 +25,10 @@ MAX_RECEIPT_BYTES = 256 * 1024 * 1024
 REPO_IN_IDS = "{repo}"
 # A failing pin's detail in the receipt: enough for a one-cent diff, never a whole output.
 DETAIL_LINES = 40
+# A failing pin's actual outputs in the receipt: at most this many bytes per pin (stdout first,
+# then stderr, then the output files), for at most ACTUAL_PINS failing pins of a run.
+ACTUAL_BYTES = 64 * 1024
+ACTUAL_PINS = 50
 
 Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
@@ -159,6 +163,18 @@ class Quarantine:
 
 
 @dataclass(frozen=True)
+class ActualOutput:
+    """One of a failing pin's actual outputs as the box saw it, bounded (ACTUAL_BYTES per pin):
+    `stdout`, `stderr` or `out/<path>`. text is the bytes as UTF-8; exact is False when they
+    were not UTF-8 (invalid bytes shown as \\xNN) or were cut at the cap (size is the whole)."""
+
+    name: str
+    text: str
+    size: int
+    exact: bool
+
+
+@dataclass(frozen=True)
 class PinResult:
     """One pin replayed on this box."""
 
@@ -172,6 +188,9 @@ class PinResult:
     # For a pin that did not pass: what moved, golden against actual (exit code, unified diffs
     # of the streams and text files, file set), capped at DETAIL_LINES lines.
     detail: list[str] = field(default_factory=list)
+    # For a pin that did not pass: its actual outputs, bounded, so a reviewer can see them
+    # after the box's run folder is gone (added in 0.4; the first ACTUAL_PINS failing pins).
+    actual: list[ActualOutput] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

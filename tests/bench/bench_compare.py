@@ -18,7 +18,8 @@ sys.path[:0] = [str(Path(__file__).parents[2] / p) for p in ("runner", "coordina
 
 from charpin_coordinator.drift import build_report  # noqa: E402
 from charpin_coordinator.receipts import read_receipt_file  # noqa: E402
-from charpin_coordinator.render import encode_json, render_text  # noqa: E402
+from charpin_coordinator.reports.common import encode_json  # noqa: E402
+from charpin_coordinator.reports.text import render_text  # noqa: E402
 from charpin_runner.receipt import dumps  # noqa: E402
 
 from tests.receipt_factory import make_receipt  # noqa: E402

@@ -18,8 +18,10 @@ from charpin_coordinator.evidence import (
     repeats_section,
     with_evidence,
 )
-from charpin_coordinator.render import encode_json, render_markdown, render_text
 from charpin_coordinator.report import DriftReport, NotEvaluated
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.markdown import render_markdown
+from charpin_coordinator.reports.text import render_text
 from charpin_runner.receipt import Receipt, dumps
 from markdown_it import MarkdownIt
 

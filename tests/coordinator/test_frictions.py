@@ -81,8 +81,9 @@ def test_tests_failing_on_every_box_show_in_text_markdown_and_junit() -> None:
     import dataclasses
     import xml.etree.ElementTree as ET
 
-    from charpin_coordinator.remote.junit import to_junit
-    from charpin_coordinator.render import render_markdown, render_text
+    from charpin_coordinator.reports.junit import to_junit
+    from charpin_coordinator.reports.markdown import render_markdown
+    from charpin_coordinator.reports.text import render_text
 
     from tests.receipt_factory import IDS
 
@@ -95,4 +96,7 @@ def test_tests_failing_on_every_box_show_in_text_markdown_and_junit() -> None:
     assert f"a: {IDS[0]}" in render_text(report, color=False)
     assert "### Failing tests" in render_markdown(report)
     suites = {s.get("name"): s for s in ET.fromstring(to_junit(report)).iter("testsuite")}
-    assert suites["charpin.a"].get("failures") == "1" and suites["charpin.b"].get("failures") == "1"
+    # The gates are their own suite; the failing test is in the box's tests suite.
+    assert suites["charpin.a"].get("failures") == "0"
+    assert suites["charpin.a.tests"].get("failures") == "1"
+    assert suites["charpin.b.tests"].get("failures") == "1"

@@ -144,6 +144,12 @@ def test_verify_adds_both_runs_and_prune_keeps_the_base_a_kept_verify_reused(
     recent = {r["run_id"]: r for r in query(capsys, *h)}
     assert set(recent) == {"v0/base", "v0/patched", "v1/patched"}  # v1 reused v0's base
     assert recent["v0/patched"]["verdict"] == "REJECT" and recent["v0/base"]["verdict"] is None
+    # A verify's base is one box, never compared across boxes: listed as a base, not vacuous.
+    assert main(["history", *h]) == 0
+    rows = {line.split()[2]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "vacuous" not in rows["v0/base"] and " base " in rows["v0/base"], rows["v0/base"]
+    assert " REJECT " in rows["v0/patched"]
+    assert "vacuous" in str(recent["v0/base"]["bits"])  # the exit code itself is unchanged
     patched = query(capsys, "show", "v1/patched", *h)
     assert patched["needs"] == ["v0/base"] and patched["kind"] == "verify-patched"
     assert patched["boxes"][0]["patch_sha256"]

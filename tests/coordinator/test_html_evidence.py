@@ -16,11 +16,13 @@ from charpin_coordinator.drift import build_report
 from charpin_coordinator.evidence import Attempt, frozen_section, repeats_section, with_evidence
 from charpin_coordinator.history import outcome_timeline
 from charpin_coordinator.history import record as history_record
-from charpin_coordinator.html_cli import load_runs
-from charpin_coordinator.html_history import history_sections
-from charpin_coordinator.html_report import FlakyTest, derive_flaky, derive_trend, render_html
-from charpin_coordinator.render import encode_json
 from charpin_coordinator.report import DriftReport, NotEvaluated
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.html_cli import load_runs
+from charpin_coordinator.reports.html_history import history_sections
+from charpin_coordinator.reports.html_index import derive_flaky, derive_trend
+from charpin_coordinator.reports.html_report import render_html
+from charpin_coordinator.reports.html_trend import FlakyTest
 from charpin_runner.receipt import Receipt
 
 from tests.coordinator.test_html_report import ALLOWED_TAGS, HOSTILE, IMG, RTL, SCRIPT, _clean

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from charpin_coordinator.drift import build_report
-from charpin_coordinator.html_history import history_sections
+from charpin_coordinator.reports.html_history import history_sections
 
 from tests.conftest import make_repo
 from tests.coordinator.test_html_report import Page

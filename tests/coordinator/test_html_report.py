@@ -12,20 +12,18 @@ import msgspec
 import pytest
 from charpin_coordinator.cli import main
 from charpin_coordinator.drift import build_report
-from charpin_coordinator.html_report import (
-    FlakyTest,
+from charpin_coordinator.remote import results
+from charpin_coordinator.report import GATES, DriftReport, NotEvaluated
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.html_base import attr, text
+from charpin_coordinator.reports.html_index import (
     IndexedRun,
-    TrendPoint,
-    attr,
     derive_flaky,
     derive_trend,
-    render_html,
     render_index,
-    text,
 )
-from charpin_coordinator.remote import results
-from charpin_coordinator.render import encode_json
-from charpin_coordinator.report import GATES, DriftReport, NotEvaluated
+from charpin_coordinator.reports.html_report import render_html
+from charpin_coordinator.reports.html_trend import FlakyTest, TrendPoint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

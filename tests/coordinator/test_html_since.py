@@ -11,13 +11,9 @@ from typing import Any
 
 import msgspec
 from charpin_coordinator.drift import build_report
-from charpin_coordinator.html_report import (
-    IndexedRun,
-    derive_trend,
-    render_html,
-    render_index,
-)
 from charpin_coordinator.report import DriftReport, Since, SinceBox
+from charpin_coordinator.reports.html_index import IndexedRun, derive_trend, render_index
+from charpin_coordinator.reports.html_report import render_html
 from charpin_coordinator.temporal import compare_box, with_since
 from charpin_runner.receipt import FileState, Receipt
 from hypothesis import given, settings

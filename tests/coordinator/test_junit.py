@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from charpin_coordinator.remote.junit import to_junit
 from charpin_coordinator.report import BoxSummary, DriftReport, GateResult, NotEvaluated
+from charpin_coordinator.reports.junit import to_junit
 
 
 def _box(label: str) -> BoxSummary:

@@ -334,7 +334,7 @@ def test_receipt_that_masking_makes_invalid_still_leaks_nothing(tmp_path: Path) 
 
 def test_a_secret_is_masked_as_the_reports_show_it() -> None:
     """The reports' own escaping (\\xNN for controls, \\uNNNN for direction marks) is a form."""
-    from charpin_coordinator.render import shown
+    from charpin_coordinator.reports.escape import shown
 
     secret = "ab\tcd\u202eefgh"
     redactor = Redactor({"A_TOKEN": secret})

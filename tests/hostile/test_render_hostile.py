@@ -16,9 +16,10 @@ import xml.etree.ElementTree as ET
 import pytest
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.remote.display import LiveProgress, PlainProgress
-from charpin_coordinator.remote.junit import to_junit
-from charpin_coordinator.render import render_markdown, render_text
 from charpin_coordinator.report import DriftReport, NotEvaluated, map_strings
+from charpin_coordinator.reports.junit import to_junit
+from charpin_coordinator.reports.markdown import render_markdown
+from charpin_coordinator.reports.text import render_text
 from charpin_runner.receipt import Exit, Receipt
 from markdown_it import MarkdownIt
 from markdown_it.token import Token

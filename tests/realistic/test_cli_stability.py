@@ -331,12 +331,17 @@ def test_a_program_reading_lang_itself_keeps_lang_in_its_pin(tmp_path: Path) -> 
     pin = _pins(repo)["greeting"]
     assert pin["stdout"] == "Hello\n"
     assert "LANG" in pin["env_read"]  # type: ignore[operator]
-    # A patch that stops consulting LANG drifts, even though stdout is the same.
+    # A patch that stops consulting LANG reads fewer keys: no new input (#22), so the pin stays
+    # green with the same bytes, and check says which key is no longer read.
     (repo / "greeting.py").write_text('print("Hello")\n')
     done = _charpin(repo, "pins", "check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "note: pin greeting no longer reads env LANG (no new input, not drift)" in done.stdout
+    # Reading a key the golden did not read is new input: drift.
+    (repo / "greeting.py").write_text('import os\nos.environ.get("GREETING")\nprint("Hello")\n')
+    done = _charpin(repo, "pins", "check")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "DRIFT greeting [env-read]" in done.stdout
-    assert "no longer read ['LANG']" in done.stdout
+    assert "DRIFT greeting [env-read]" in done.stdout and "new ['GREETING']" in done.stdout
 
 
 def test_a_programs_own_lookup_chain_is_stable_when_its_output_is(tmp_path: Path) -> None:

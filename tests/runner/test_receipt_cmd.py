@@ -450,6 +450,7 @@ def test_a_corrupt_pins_file_is_an_errored_pin(tmp_path: Path) -> None:
                 "files": {},
                 "failure_class": "error",
                 "detail": [receipt_error],
+                "actual": [],
             }
         ],
     }

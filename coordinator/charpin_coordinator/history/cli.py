@@ -86,7 +86,7 @@ def add_parsers(sub: Any) -> None:
     rebuild.add_argument("dirs", nargs="*", type=Path, metavar="DIR")
     _common(rebuild)
     rebuild.set_defaults(handler=run_rebuild)
-    from charpin_coordinator import html_cli
+    from charpin_coordinator.reports import html_cli
 
     html_cli.add_html_parser(subs)  # `history html DIR`: the HTML index over run folders
 

@@ -2,7 +2,7 @@
 kept as a run folder (`compare --record`), so that the history can be rebuilt from disk.
 
 The folder has the shape of a run's (`<box>/receipt.json`, `<box>/box.json`, `drift.json`,
-`drift.md`) plus `compare.json` naming the receipt files it was made from. It is written under a
+`drift.md`, `drift.html`) plus `compare.json` naming the receipt files it was made from. It is written under a
 hidden name and renamed into place in one step; an existing folder is never overwritten. Each
 receipt is copied as the bytes that decode to exactly the receipt the report was made from.
 """
@@ -29,6 +29,7 @@ def write_compare(
     boxes: Sequence[tuple[str, Receipt, Path]],
     drift_json: bytes,
     drift_md: bytes,
+    drift_html: bytes | None = None,
 ) -> Path:
     """Write out_dir/run_id for the compared (label, receipt, file) triples; return it."""
     from charpin_coordinator.remote.results import safe_folders
@@ -55,6 +56,8 @@ def write_compare(
             write_atomic(folder / "box.json", _json(meta))
         write_atomic(staging / "drift.json", drift_json)
         write_atomic(staging / "drift.md", drift_md)
+        if drift_html is not None:
+            write_atomic(staging / "drift.html", drift_html)
         write_atomic(staging / COMPARE_MARK, _json({"receipts": [str(p) for _, _, p in copies]}))
         os.rename(staging, final)
     except BaseException:

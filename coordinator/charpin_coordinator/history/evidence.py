@@ -45,6 +45,7 @@ class RepeatRecord:
     exit_status: int | None = None
     outcomes: Mapping[str, str] = field(default_factory=dict)
     frozen: FrozenRecord | None = None
+    tree_state: str | None = None  # treestate.tree_state of the repeat's receipt
 
 
 def frozen_record(side: FrozenRerun | None, repeat: int) -> FrozenRecord | None:
@@ -78,7 +79,8 @@ def insert_box(
     transaction (record.insert)."""
     conn.executemany(
         "INSERT INTO repeat_box (run_box, repeat, run_id, evaluated, reason, commit_sha, "
-        "patch_sha256, interpretation, exit_status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "patch_sha256, interpretation, exit_status, tree_state) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 run_box,
@@ -90,6 +92,7 @@ def insert_box(
                 rep.patch_sha256,
                 rep.interpretation,
                 rep.exit_status,
+                rep.tree_state,
             )
             for rep in repeats
         ],

@@ -1,8 +1,10 @@
 """Coordinator side; stdlib sqlite3, msgspec, the history and charpin's ledger. Flake evidence.
 
-A test is **flaky** when the same commit (and the same patch, if any) on the same box gave
-different outcomes across recorded runs: at least one `passed` and at least one `failed` or
-`error`. Only those three outcomes count; skipped, xfailed and xpassed say nothing either way,
+A test is **flaky** when the same tree state on the same box gave different outcomes across
+recorded runs: at least one `passed` and at least one `failed` or `error`. The same tree state is
+the same commit, the same patch (if any) and the same uncommitted changes and untracked files at
+the start of the run (treestate.py): a test that failed exactly while an uncommitted fixture edit
+was present is explained by the edit, not evidence of flakiness. Only those three outcomes count; skipped, xfailed and xpassed say nothing either way,
 and a run where the box did not run the test is not a run of it. Each repeat of `run --repeat N`
 is a run of its own (evidence: its receipt id, `<run id>.r<k>`), so a test that flips within one
 night's repeats on one box is a candidate.
@@ -66,7 +68,8 @@ class Rate(Row):
 
 
 class Group(Row):
-    """One box and commit (and patch) on which a test both passed and failed."""
+    """One box and tree state (commit, patch, uncommitted changes) on which a test both passed
+    and failed."""
 
     box: str
     commit: str
@@ -74,6 +77,9 @@ class Group(Row):
     rate: Rate
     failed: list[str]  # run ids, oldest first
     passed: list[str]
+    # "" a clean working tree, else the digest of its uncommitted changes; None: recorded
+    # before the history kept it (schema v4).
+    tree_state: str | None = None
 
 
 class ProposedEntry(Row):
@@ -165,17 +171,19 @@ def rate(failures: int, runs: int) -> Rate:
 
 # Every passed, failed or error outcome, of the tests in temp.flake_suspect, of a box's receipt
 # of record (repeat 1) or of one of its evaluated repeats, with the receipt's id: (test, box,
-# commit, patch, receipt id, time, run id, repeat, code). Parameters: the three codes, twice.
+# commit, patch, tree state, receipt id, time, run id, repeat, code). Parameters: the three
+# codes, twice.
 _EVIDENCE = (
     "SELECT outcome.test AS test, run_box.box AS box, run_box.commit_sha AS commit_sha, "
-    "run_box.patch_sha256 AS patch, run.run_id AS receipt, run.started_at AS started, "
+    "run_box.patch_sha256 AS patch, run_box.tree_state AS tree_state, run.run_id AS receipt, "
+    "run.started_at AS started, "
     "run.run_id AS run_id, 1 AS rep, outcome.code AS code FROM temp.flake_suspect s "
     "JOIN outcome ON outcome.test = s.test "
     "JOIN run_box ON run_box.id = outcome.run_box JOIN run ON run.id = run_box.run "
     "WHERE run_box.evaluated = 1 AND outcome.code IN (?, ?, ?) "
     "UNION ALL "
-    "SELECT r.test, run_box.box, rb.commit_sha, rb.patch_sha256, rb.run_id, run.started_at, "
-    "run.run_id, r.repeat, r.code FROM temp.flake_suspect s "
+    "SELECT r.test, run_box.box, rb.commit_sha, rb.patch_sha256, rb.tree_state, rb.run_id, "
+    "run.started_at, run.run_id, r.repeat, r.code FROM temp.flake_suspect s "
     "JOIN repeat_outcome r ON r.test = s.test "
     "JOIN repeat_box rb ON rb.run_box = r.run_box AND rb.repeat = r.repeat "
     "JOIN run_box ON run_box.id = r.run_box JOIN run ON run.id = run_box.run "
@@ -198,18 +206,19 @@ def suggest(store_path: Path) -> Suggestions:
             "UNION SELECT test FROM repeat_outcome WHERE code IN (1, 2)"
         )
         rows = conn.execute(
-            f"SELECT test.nodeid, box.name, e.commit_sha, e.patch, e.receipt, "  # noqa: S608
-            f"e.code FROM ({_EVIDENCE}) e "
+            f"SELECT test.nodeid, box.name, e.commit_sha, e.patch, e.tree_state, "  # noqa: S608
+            f"e.receipt, e.code FROM ({_EVIDENCE}) e "
             "JOIN test ON test.id = e.test JOIN box ON box.id = e.box "
             "ORDER BY test.nodeid, box.name, e.commit_sha, e.started, e.run_id, e.rep",
             (_PASS, *_FAILS, _PASS, *_FAILS),
         ).fetchall()
-    groups: dict[tuple[str, str, str, str | None], tuple[list[str], list[str]]] = {}
-    for nodeid, box, commit, patch, run_id, code in rows:
-        failed, passed = groups.setdefault((nodeid, box, commit, patch), ([], []))
+    # One group per tree state: runs of another state are no evidence about this one.
+    groups: dict[tuple[str, str, str, str | None, str | None], tuple[list[str], list[str]]] = {}
+    for nodeid, box, commit, patch, state, run_id, code in rows:
+        failed, passed = groups.setdefault((nodeid, box, commit, patch, state), ([], []))
         (passed if int(code) == _PASS else failed).append(str(run_id))
     by_test: dict[str, list[Group]] = {}
-    for (nodeid, box, commit, patch), (failed, passed) in groups.items():
+    for (nodeid, box, commit, patch, state), (failed, passed) in groups.items():
         if failed and passed:
             runs = len(failed) + len(passed)
             group = Group(
@@ -219,6 +228,7 @@ def suggest(store_path: Path) -> Suggestions:
                 rate=rate(len(failed), runs),
                 failed=failed,
                 passed=passed,
+                tree_state=state,
             )
             by_test.setdefault(nodeid, []).append(group)
     candidates = [

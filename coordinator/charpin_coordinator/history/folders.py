@@ -35,6 +35,7 @@ from charpin_runner.receipt import MAX_RECEIPT_BYTES
 from charpin_coordinator.evidence import REPEATS_FOLDER
 from charpin_coordinator.history.evidence import FrozenRecord, RepeatRecord, frozen_record
 from charpin_coordinator.receipts import load_receipt
+from charpin_coordinator.treestate import tree_state
 
 MAX_JSON_BYTES = MAX_RECEIPT_BYTES  # drift.json can hold a 100,000-test diff
 MAX_META_BYTES = 1024 * 1024
@@ -53,6 +54,7 @@ class BoxRecord:
     reason: str = ""  # "kind: reason" for a box that was not evaluated
     commit: str = ""
     patch_sha256: str | None = None
+    tree_state: str | None = None  # treestate.tree_state of the receipt; None: not evaluated
     interpretation: str = "not-evaluated"
     exit_status: int | None = None
     collected: int = 0
@@ -262,6 +264,7 @@ def _read_box(folder: Path, drift: _Drift, run_id: str) -> BoxRecord:
         evaluated=True,
         commit=receipt.identity.head_before,
         patch_sha256=receipt.identity.patch_sha256,
+        tree_state=tree_state(receipt),
         interpretation=receipt.exit.interpretation,
         exit_status=receipt.exit.status,
         collected=len(receipt.collection.collected),
@@ -311,6 +314,7 @@ def _read_repeats(folder: Path, run_id: str) -> list[RepeatRecord]:
                 evaluated=True,
                 commit=receipt.identity.head_before,
                 patch_sha256=receipt.identity.patch_sha256,
+                tree_state=tree_state(receipt),
                 interpretation=receipt.exit.interpretation,
                 exit_status=receipt.exit.status,
                 outcomes=receipt.outcomes,

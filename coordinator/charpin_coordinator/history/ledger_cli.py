@@ -24,6 +24,7 @@ from typing import Any
 
 from charpin_runner.errors import UsageError
 
+from charpin_coordinator import treestate
 from charpin_coordinator.history import hooks
 from charpin_coordinator.history.cli import _emit_json, _emit_text
 from charpin_coordinator.history.flaky import EntryNote, Review, Suggestions, describe, percent
@@ -134,19 +135,20 @@ def render_suggestions(found: Suggestions) -> str:
     if not found.candidates:
         return (
             f"ledger suggest: no flaky test in {found.history} (no test both passed and failed "
-            "on one box at one commit)\n"
+            "on one box at one tree state: commit, patch and uncommitted changes)\n"
         )
     lines = [
         f"ledger suggest: {len(found.candidates)} flaky candidate(s) in {found.history} "
-        "(passed and failed on one box at one commit)",
+        "(passed and failed on one box at one tree state: commit, patch and uncommitted changes)",
     ]
     for candidate in found.candidates:
         lines += ["", candidate.nodeid]
         for group in candidate.groups:
             patch = f", patch {group.patch_sha256[:12]}" if group.patch_sha256 else ""
+            tree = f", {treestate.describe(group.tree_state)}" if group.tree_state else ""
             observed = percent(group.rate.failures / group.rate.runs)
             lines.append(
-                f"  box {group.box}, commit {group.commit[:12]}{patch}: "
+                f"  box {group.box}, commit {group.commit[:12]}{patch}{tree}: "
                 f"{group.rate.failures} failures in {group.rate.runs} runs (observed "
                 f"{observed}; {describe(group.rate).split(': ', 1)[1]})"
             )

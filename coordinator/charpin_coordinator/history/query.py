@@ -117,6 +117,9 @@ class OutcomePoint(Row):
     repeat: int = 1
     # "run", or "frozen-rerun": the ledger's frozen tests re-run on the side (--include-frozen).
     source: str = RUN
+    # What the working tree held besides the commit ("" clean, else a digest; treestate.py);
+    # None for a run recorded before the history kept it.
+    tree_state: str | None = None
 
 
 class BoxTimeline(Row):
@@ -232,8 +235,8 @@ def outcome_timeline(store_path: Path, nodeid: str, limit: int = 30) -> OutcomeT
         timelines = []
         for box_pk, name, first in first_seen(conn, test):
             rows = conn.execute(
-                "SELECT run_box.id, run.run_id, run.started_at, run_box.commit_sha, outcome.code "
-                "FROM run_box JOIN run ON run.id = run_box.run "
+                "SELECT run_box.id, run.run_id, run.started_at, run_box.commit_sha, outcome.code, "
+                "run_box.tree_state FROM run_box JOIN run ON run.id = run_box.run "
                 "LEFT JOIN outcome ON outcome.test = ? AND outcome.run_box = run_box.id "
                 "WHERE run_box.box = ? AND run_box.evaluated = 1 AND run.started_at >= ? "
                 "ORDER BY run.started_at DESC, run.run_id DESC LIMIT ?",
@@ -241,7 +244,7 @@ def outcome_timeline(store_path: Path, nodeid: str, limit: int = 30) -> OutcomeT
             ).fetchall()
             sides = side_points(conn, test, [(int(r[0]), str(r[1])) for r in rows])
             points = []
-            for rb, run_id, started, commit, code in rows:
+            for rb, run_id, started, commit, code, state in rows:
                 mine = sides.get(int(rb), [])
                 if code is not None:
                     outcome = OUTCOME_NAMES[int(code)]
@@ -251,7 +254,13 @@ def outcome_timeline(store_path: Path, nodeid: str, limit: int = 30) -> OutcomeT
                 else:
                     outcome = ABSENT
                 points.append(
-                    OutcomePoint(run_id=run_id, started_at=started, commit=commit, outcome=outcome)
+                    OutcomePoint(
+                        run_id=run_id,
+                        started_at=started,
+                        commit=commit,
+                        outcome=outcome,
+                        tree_state=state,
+                    )
                 )
                 points += [
                     OutcomePoint(
@@ -261,6 +270,7 @@ def outcome_timeline(store_path: Path, nodeid: str, limit: int = 30) -> OutcomeT
                         outcome=side.outcome,
                         repeat=side.repeat,
                         source=side.source,
+                        tree_state=side.tree_state,
                     )
                     for side in mine
                     # A test the run's gated set never had (a frozen one) is absent from every

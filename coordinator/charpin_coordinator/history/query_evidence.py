@@ -65,6 +65,7 @@ class SidePoint(NamedTuple):
     run_id: str
     commit: str
     outcome: str
+    tree_state: str | None = None
 
 
 def repeat_details(conn: sqlite3.Connection, run_box: int, record_tests: int) -> list[RepeatDetail]:
@@ -179,25 +180,27 @@ def side_points(
     run_ids = dict(run_boxes)
     wanted = json.dumps(list(run_ids))
     found: dict[int, list[SidePoint]] = {}
-    for rb, repeat, run_id, commit, code in conn.execute(
-        "SELECT b.run_box, b.repeat, b.run_id, b.commit_sha, r.code FROM repeat_box b "
+    for rb, repeat, run_id, commit, code, state in conn.execute(
+        "SELECT b.run_box, b.repeat, b.run_id, b.commit_sha, r.code, b.tree_state FROM repeat_box b "
         "LEFT JOIN repeat_outcome r ON r.run_box = b.run_box AND r.repeat = b.repeat "
         "AND r.test = ? WHERE b.run_box IN (SELECT value FROM json_each(?)) AND b.evaluated = 1",
         (test, wanted),
     ):
         outcome = ABSENT if code is None else OUTCOME_NAMES[int(code)]
-        point = SidePoint(int(rb), int(repeat), RUN, str(run_id), str(commit), outcome)
+        point = SidePoint(int(rb), int(repeat), RUN, str(run_id), str(commit), outcome, state)
         found.setdefault(int(rb), []).append(point)
-    for rb, repeat, code, run_id, commit in conn.execute(
+    for rb, repeat, code, run_id, commit, state in conn.execute(
         "SELECT f.run_box, f.repeat, f.code, coalesce(b.run_id, ''), "
-        "coalesce(b.commit_sha, run_box.commit_sha) FROM frozen_outcome f "
+        "coalesce(b.commit_sha, run_box.commit_sha), "
+        "CASE WHEN b.run_box IS NULL THEN run_box.tree_state ELSE b.tree_state END "
+        "FROM frozen_outcome f "
         "JOIN run_box ON run_box.id = f.run_box "
         "LEFT JOIN repeat_box b ON b.run_box = f.run_box AND b.repeat = f.repeat "
         "WHERE f.test = ? AND f.run_box IN (SELECT value FROM json_each(?))",
         (test, wanted),
     ):
         rid = str(run_id) or run_ids[int(rb)]
-        point = SidePoint(int(rb), int(repeat), FROZEN, rid, str(commit), _name(code))
+        point = SidePoint(int(rb), int(repeat), FROZEN, rid, str(commit), _name(code), state)
         found.setdefault(int(rb), []).append(point)
     for points in found.values():
         points.sort(key=lambda p: (p.repeat, p.source == FROZEN))

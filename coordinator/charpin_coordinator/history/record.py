@@ -131,7 +131,8 @@ def insert(conn: sqlite3.Connection, rec: RunRecord, *, db: Path) -> bool:
         rb = conn.execute(
             "INSERT INTO run_box (run, box, evaluated, reason, commit_sha, patch_sha256, "
             "interpretation, exit_status, collected, executed, passed, failed, error, skipped, "
-            "xfailed, xpassed, clean) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "xfailed, xpassed, clean, tree_state) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_pk,
                 _box_id(conn, box.label),
@@ -145,6 +146,7 @@ def insert(conn: sqlite3.Connection, rec: RunRecord, *, db: Path) -> bool:
                 box.executed,
                 *(counts.get(name, 0) for name in OUTCOME_CODES),
                 int(box.clean),
+                box.tree_state,
             ),
         ).lastrowid
         assert rb is not None

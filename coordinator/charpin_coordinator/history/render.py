@@ -17,7 +17,7 @@ from charpin_coordinator.history.query import (
     RunDetail,
     RunSummary,
 )
-from charpin_coordinator.render import shown
+from charpin_coordinator.reports.escape import shown
 
 MAX_FAILING = 20
 
@@ -31,9 +31,19 @@ def short(commit: str) -> str:
     return commit[:12] if commit else "-"
 
 
-def result_word(verdict: str | None, bits: Sequence[str]) -> str:
+# A verify's base run is judged against the patched run, never compared across boxes: one box
+# makes any drift report vacuous, so that bit says nothing about it and is left out.
+BASE = "verify-base"
+
+
+def result_word(verdict: str | None, bits: Sequence[str], kind: str = "run") -> str:
+    """RESULT: a verify's verdict; for its base run `base` and what else its exit code says
+    (`base: tests-failed`); else the exit bits, or `clean`."""
     if verdict:
         return verdict
+    if kind == BASE:
+        said = [bit for bit in bits if bit != "vacuous"]
+        return "base: " + ",".join(said) if said else "base"
     return ",".join(bits) if bits else "clean"
 
 
@@ -71,7 +81,7 @@ def recent(runs: Sequence[RunSummary], path: str) -> str:
                 shown(run.run_id),
                 run.kind,
                 short(run.commit),
-                result_word(run.verdict, run.bits),
+                result_word(run.verdict, run.bits, run.kind),
                 " ".join(cell(box) for box in run.boxes),
             ]
         )
@@ -81,7 +91,7 @@ def recent(runs: Sequence[RunSummary], path: str) -> str:
 def detail(run: RunDetail) -> str:
     head = (
         f"run {shown(run.run_id)} · {run.kind} · {run.started_at} · commit {short(run.commit)} · "
-        f"exit {run.exit_code} ({result_word(run.verdict, run.bits)})"
+        f"exit {run.exit_code} ({result_word(run.verdict, run.bits, run.kind)})"
     )
     lines = [head, f"folder {shown(run.folder)}"]
     if run.needs:

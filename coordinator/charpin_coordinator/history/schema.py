@@ -17,6 +17,10 @@ repeat (1 for the record's), and `frozen_outcome`, one row per frozen test it wa
 (code NULL: asked for, not run). Keyed box of a run first (written and pruned together), with
 an index by test for one test's timeline and the ledger review, and a partial index of failing
 repeat outcomes like outcome's (`ledger suggest` starts from the tests that ever failed).
+Version 4: `tree_state` on run_box and repeat_box, what the box's working tree held besides the
+commit at the start ('' clean, else the digest of its uncommitted changes and untracked files;
+treestate.py). Flake evidence compares runs of one tree state only. NULL in rows recorded
+before version 4 (they group with each other, as before; `history rebuild` fills it in).
 """
 
 from __future__ import annotations
@@ -152,8 +156,13 @@ CREATE TABLE frozen_outcome (
 CREATE INDEX frozen_outcome_by_test ON frozen_outcome (test);
 """
 
+_V4 = """
+ALTER TABLE run_box ADD COLUMN tree_state TEXT;
+ALTER TABLE repeat_box ADD COLUMN tree_state TEXT;
+"""
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 LATEST = len(MIGRATIONS)
 
 

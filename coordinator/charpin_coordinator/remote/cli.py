@@ -239,7 +239,7 @@ def run_remote(args: argparse.Namespace) -> int:
 def _notify(command: str, result: RunResult, code: int) -> None:
     """Run the --notify hook; its failure is one line on stderr, never the exit code."""
     from charpin_coordinator.remote.notify import notify
-    from charpin_coordinator.render import render_markdown
+    from charpin_coordinator.reports.markdown import render_markdown
 
     summary = render_markdown(result.report).encode()
     problem = notify(command, summary, exit_code=code, run_dir=result.folder)

@@ -16,7 +16,7 @@ from typing import IO, TYPE_CHECKING
 
 # An alias with ESC, a newline or a direction mark must not repaint or reorder the terminal:
 # it is shown escaped, exactly as in the reports.
-from charpin_coordinator.render import shown
+from charpin_coordinator.reports.escape import shown
 
 if TYPE_CHECKING:
     from rich.table import Table

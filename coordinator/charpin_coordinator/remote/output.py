@@ -13,9 +13,11 @@ from charpin_runner.colors import wanted
 from charpin_runner.errors import EXIT_NOT_EVALUATED, UsageError
 
 from charpin_coordinator.redact import Redactor
-from charpin_coordinator.remote.junit import to_junit
 from charpin_coordinator.remote.run import RunResult
-from charpin_coordinator.render import encode_json, render_markdown, render_text
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.junit import receipt_cases, to_junit
+from charpin_coordinator.reports.markdown import render_markdown
+from charpin_coordinator.reports.text import render_text
 
 
 def emit(
@@ -35,7 +37,12 @@ def emit(
     if markdown and not markdown_out:
         write_file(markdown, render_markdown(report).encode())
     if junit:
-        write_file(junit, to_junit(report))
+        cases = {
+            o.label: receipt_cases(o.receipt, result.redact)
+            for o in result.outcomes
+            if o.receipt is not None
+        }
+        write_file(junit, to_junit(report, cases))
     if json:
         sys.stdout.buffer.write(encode_json(report))
     elif markdown_out:

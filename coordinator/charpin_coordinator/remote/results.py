@@ -5,7 +5,8 @@ reader never sees half a run and an existing run is never overwritten. Box folde
 name derived from the alias; the alias itself stays inside the JSON (`box.json`, `drift.json`).
 With `run --repeat N`, repeat k (2..N) of a box is kept as a box folder of its own inside the
 record's, `<box>/repeats/<k>/` (the same four files; its box.json adds `repeat` and `run_id`), so
-everything that reads `<box>/receipt.json` still reads the receipt of record.
+everything that reads `<box>/receipt.json` still reads the receipt of record. A box whose pins did
+not pass also gets `<box>/pins-actual/<pin>/`: their actual outputs, as its receipt brought them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import os
 import re
 import secrets
 import shutil
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 from charpin_runner.errors import UsageError
 from charpin_runner.receipt import write_atomic
 
@@ -28,6 +31,8 @@ from charpin_coordinator.remote.boxrun import BoxOutcome
 from charpin_coordinator.remote.repeats import repeat_run_id
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# A box folder's failing pins' actual outputs (from its receipt), one folder per pin.
+PINS_ACTUAL = "pins-actual"
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,56 @@ class ReportFiles:
 
     drift_json: bytes
     drift_md: bytes
-    drift_html: bytes | None = None  # drift.html, the self-contained page (html_report.py)
+    drift_html: bytes | None = None  # drift.html, the self-contained page (reports/html_report.py)
+
+
+def pins_actual_folders(outcome: BoxOutcome) -> dict[str, str]:
+    """Pin id -> its folder under `<box>/pins-actual/`, for each pin whose receipt row carries
+    actual outputs (pins that did not pass)."""
+    if outcome.receipt is None:
+        return {}
+    return safe_folders(p.id for p in outcome.receipt.pins.results if p.actual)
+
+
+def _write_pins_actual(folder: Path, outcome: BoxOutcome) -> None:
+    """`<box>/pins-actual/<pin>/`: each failing pin's actual outputs as the receipt brought them
+    back (stdout, stderr, out/<path> flattened to one file name, exit_code, about.json saying
+    which are whole and exact). Written from the stored receipt, so masked as it is."""
+    names = pins_actual_folders(outcome)
+    if not names or outcome.raw_receipt is None:
+        return
+    stored = msgspec.json.decode(outcome.raw_receipt)
+    for row in stored.get("pins", {}).get("results", []):
+        name = names.get(str(row.get("id"))) if isinstance(row, dict) else None
+        if name is None:
+            continue
+        # Masking can merge two ids: each folder is written once, from its first row.
+        target = folder / name
+        if target.exists():
+            continue
+        target.mkdir(parents=True)
+        about = {}
+        for part in row.get("actual") or []:
+            file_name = _part_file(str(part["name"]))
+            write_atomic(target / file_name, str(part["text"]).encode("utf-8", "replace"))
+            about[file_name] = {
+                "name": part["name"],
+                "size": part["size"],
+                "exact": part["exact"],
+            }
+        write_atomic(target / "exit_code", f"{row.get('exit_code')}\n".encode())
+        write_atomic(target / "about.json", json.dumps(about, indent=1, sort_keys=True).encode())
+
+
+def _part_file(name: str) -> str:
+    """stdout, stderr, or an output file's `out/<path>` as one file name (no folder, so no path
+    from the box can leave the pin's folder)."""
+    if name in ("stdout", "stderr"):
+        return name
+    quoted = "out." + urllib.parse.quote(name.removeprefix("out/"), safe="")
+    if len(quoted) > 200:  # a deep path: a file name every file system takes
+        return "out." + hashlib.sha256(name.encode()).hexdigest()[:16]
+    return quoted
 
 
 def safe_folders(labels: Iterable[str]) -> dict[str, str]:
@@ -94,6 +148,7 @@ def _write_box(
     folder.mkdir()
     if outcome.raw_receipt is not None:
         write_atomic(folder / "receipt.json", outcome.raw_receipt)
+        _write_pins_actual(folder / PINS_ACTUAL, outcome)
     write_atomic(folder / "stdout.log", outcome.stdout)
     write_atomic(folder / "stderr.log", outcome.stderr)
     ne = outcome.not_evaluated

@@ -13,7 +13,7 @@ import importlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +31,6 @@ from charpin_coordinator.evidence import (
     repeats_section,
     with_evidence,
 )
-from charpin_coordinator.html_report import render_html
 from charpin_coordinator.remote import provision, repeats, results, snapshot
 from charpin_coordinator.remote.boxrun import BoxOutcome, BoxTarget, Phase, RunPlan, run_box
 from charpin_coordinator.remote.builtin import clean_target, local_target, trusted_python
@@ -45,8 +44,10 @@ from charpin_coordinator.remote.hosts import (
 )
 from charpin_coordinator.remote.orchestrate import Job, run_all
 from charpin_coordinator.remote.provision import Disposals
-from charpin_coordinator.render import encode_json, render_markdown
 from charpin_coordinator.report import DriftReport, map_strings
+from charpin_coordinator.reports.common import encode_json
+from charpin_coordinator.reports.html_report import RunPage, render_html
+from charpin_coordinator.reports.markdown import render_markdown
 from charpin_coordinator.temporal import Against, resolve_against, since, with_since
 
 DEFAULT_TIMEOUT = 1800.0
@@ -55,8 +56,9 @@ INTERRUPTED_BIT = "4 interrupted (Ctrl-C) before the run was complete"
 _AFTER_THE_RUN = (
     "charpin_coordinator.receipts",
     "charpin_coordinator.drift",
-    "charpin_coordinator.render",
-    "charpin_coordinator.remote.junit",
+    "charpin_coordinator.reports.text",
+    "charpin_coordinator.reports.markdown",
+    "charpin_coordinator.reports.junit",
     "charpin_coordinator.remote.output",
 )
 
@@ -122,6 +124,8 @@ class RunResult:
     folder: Path
     interrupted: bool
     disposals: Disposals = field(default_factory=Disposals)
+    # How this run masks its secrets: for what is rendered later from the receipts (--junit).
+    redact: Callable[[str], str] = str
 
     @property
     def exit_code(self) -> int:
@@ -195,6 +199,7 @@ def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = 
     """Run every box (at most planned.jobs at once), report the drift, write the run folder.
     With a history database, drift.html also shows each box's trend and the flaky tests."""
     shared = planned.plan
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     clock = _PhaseClock(phase or _quiet)
     jobs = [
         Job(target.label, _Bound(target, shared, clock, planned.repeat))
@@ -237,10 +242,21 @@ def run(planned: Planned, *, phase: Phase | None = None, history: Path | None = 
         results.ReportFiles(
             drift_json=encode_json(report),
             drift_md=render_markdown(report).encode(),
-            drift_html=_drift_html(report, history, shared.run_id),
+            drift_html=_drift_html(
+                report,
+                history,
+                RunPage(
+                    shared.run_id,
+                    started,
+                    results.safe_folders(o.label for o in fan.outcomes),
+                    pins_actual={o.label: results.pins_actual_folders(o) for o in fan.outcomes},
+                ),
+            ),
         ),
     )
-    return RunResult(report, fan.outcomes, folder, fan.interrupted, planned.disposals)
+    return RunResult(
+        report, fan.outcomes, folder, fan.interrupted, planned.disposals, shared.redactor.text
+    )
 
 
 def _with_evidence(
@@ -268,11 +284,11 @@ def _with_evidence(
     return with_evidence(report, repeats=section, frozen=frozen_section(boxes) if wanted else None)
 
 
-def _drift_html(report: DriftReport, history: Path | None, run_id: str) -> bytes:
-    from charpin_coordinator.html_history import history_sections
+def _drift_html(report: DriftReport, history: Path | None, page: RunPage) -> bytes:
+    from charpin_coordinator.reports.html_history import history_sections
 
-    trend, flaky = history_sections(history, report, run_id)
-    return render_html(report, trend=trend, flaky=flaky).encode()
+    trend, flaky = history_sections(history, report, page.run_id)
+    return render_html(report, trend=trend, flaky=flaky, run=page).encode()
 
 
 def _with_local_provisioning(repo: Path, extras: dict[str, HostExtras]) -> dict[str, HostExtras]:

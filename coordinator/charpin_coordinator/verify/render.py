@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from charpin_coordinator.remote.junit import gates_junit
-from charpin_coordinator.render import shown
+from charpin_coordinator.reports.escape import shown
+from charpin_coordinator.reports.junit import gates_junit
 from charpin_coordinator.verify.report import (
     VERIFY_GATES,
     WHOLE_PATCH,

@@ -80,9 +80,9 @@ def _drift(before: Inventory, after: Inventory) -> list[str]:
     out += [f"removed entry point {_named(e)}" for e in drift.disappeared]
     for old, new in drift.env_changed:
         named = _named(new)
+        # Reading fewer keys is no new input: only keys read now and not before widen what runs.
         out += [f"{named} reads env {k} (new)" for k in sorted(set(new.env) - set(old.env))]
-        out += [f"{named} no longer reads env {k}" for k in sorted(set(old.env) - set(new.env))]
-        if old.dynamic_env != new.dynamic_env:
+        if new.dynamic_env > old.dynamic_env:
             out.append(
                 f"{named} reads {new.dynamic_env} computed env key(s) (was {old.dynamic_env})"
             )

@@ -33,7 +33,13 @@ from charpin_runner.errors import (
     UsageError,
 )
 from charpin_runner.pins import compare as cmp
-from charpin_runner.pins.crash import crashed_goldens, pythonpath_rels, unexpected_crashes
+from charpin_runner.pins.crash import (
+    crashed_goldens,
+    pythonpath_rels,
+    unexpected_crashes,
+    with_crash_flags,
+)
+from charpin_runner.pins.detail import describe_pin
 from charpin_runner.pins.execute import Session, reaping
 from charpin_runner.pins.model import Case, Pin, check_id
 from charpin_runner.pins.prove import prove, weak_pins
@@ -126,6 +132,13 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help="the pin of --id or --update ID records a crash on purpose (an uncaught exception "
         "or a signal), which record otherwise refuses; --no-expect-crash takes that back",
+    )
+    rec.add_argument(
+        "--crash-frames",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --expect-crash: compare the traceback's frames (files, line numbers) too; by "
+        "default a crash pin compares what the caller sees (exception, message, exit code)",
     )
     rec.add_argument(
         "command", nargs="*", help="after --: the script (*.py) or command and its args"
@@ -273,6 +286,15 @@ def _check_report(args: argparse.Namespace) -> tuple[int, list[Outcome]]:
     failed = [o for o in outcomes if o.classes]
     for outcome in failed:
         _report_failure(outcome, write_actual(actual_root, outcome), repo, config, color)
+    for outcome in outcomes:
+        golden = outcome.pin.golden
+        fewer = [] if golden is None else cmp.fewer_env_reads(golden, outcome.run.observation)
+        if fewer and not outcome.classes:
+            print(
+                f"note: pin {outcome.pin.case.id} no longer reads env {', '.join(fewer)} (no new "
+                f"input, not drift); `charpin pins record --update {outcome.pin.case.id}` "
+                "records the narrower set"
+            )
     passed = len(outcomes) - len(failed)
     drifted = paint(f"{len(failed)} drifted", "red", color) if failed else "0 drifted"
     print(f"pins: {passed} passed, {drifted}, of {len(outcomes)}")
@@ -403,7 +425,9 @@ def _report_failure(
     judged = run.error is None and not run.timed_out and run.limit is None
     _report_outside([p for p in run.outside_writes if judged or p.startswith("$REPO/")], config)
     if outcome.pin.golden is not None and judged:
-        for line in cmp.describe(outcome.pin.golden, run.observation, config.diff_lines):
+        for line in describe_pin(
+            outcome.pin, outcome.pin.golden, run.observation, config.diff_lines
+        ):
             print(f"  {line}")
     try:
         shown = folder.relative_to(repo).as_posix()
@@ -514,18 +538,17 @@ def _select(args: argparse.Namespace, pin_set: PinSet, new: Optional[Case]) -> l
 def _expecting(args: argparse.Namespace, wanted: list[Pin], new: Optional[Case]) -> list[Pin]:
     """--expect-crash / --no-expect-crash on the pins it names: --id's, or --update ID's."""
     flag: Optional[bool] = args.expect_crash
-    if flag is None:
+    frames: Optional[bool] = args.crash_frames
+    if flag is None and frames is None:
         return wanted
     named = {u for u in args.update or [] if u != _ALL} | ({new.id} if new is not None else set())
     if not named:
+        option = "--expect-crash" if flag is not None else "--crash-frames"
         raise UsageError(
-            "--expect-crash is said of one pin: name it with --id NAME (a new pin) or "
+            f"{option} is said of one pin: name it with --id NAME (a new pin) or "
             "--update ID (a recorded or pending one)"
         )
-    return [
-        Pin(dataclasses.replace(p.case, expect_crash=flag), p.golden) if p.case.id in named else p
-        for p in wanted
-    ]
+    return with_crash_flags(wanted, named, flag, frames)
 
 
 def _record(args: argparse.Namespace) -> int:

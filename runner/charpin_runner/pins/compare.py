@@ -90,11 +90,28 @@ def compare(golden: Observation, actual: Observation, modes: bool = True) -> lis
             found.add(FILE_CONTENT)
         if modes and golden.files[path].mode != actual.files[path].mode:
             found.add(FILE_MODE)
-    if golden.env_read != actual.env_read:
+    if new_env_reads(golden, actual):
         found.add(ENV_READ)
     if golden.norm_counts != actual.norm_counts:
         found.add(NORMALISATION_COUNT)
     return [name for name in PRIORITY if name in found]
+
+
+def new_env_reads(golden: Observation, actual: Observation) -> bool:
+    """Whether actual depends on input the golden did not: it reads an env key the golden's run
+    did not read (or became observable where it was not, or the other way round). Reading
+    fewer keys is no new input: two independent checks swapped, a lookup chain that stops
+    earlier, give the same bytes in the recorded environment (fewer_env_reads says which)."""
+    if golden.env_read is None or actual.env_read is None:
+        return golden.env_read != actual.env_read
+    return not set(actual.env_read) <= set(golden.env_read)
+
+
+def fewer_env_reads(golden: Observation, actual: Observation) -> list[str]:
+    """The env keys the golden's run read that actual no longer reads (not drift)."""
+    if golden.env_read is None or actual.env_read is None:
+        return []
+    return sorted(set(golden.env_read) - set(actual.env_read))
 
 
 def _digest(data: bytes) -> bytes:

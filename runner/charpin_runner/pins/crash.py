@@ -12,6 +12,13 @@ and a dependency's import crash, unless the pin expects a crash (Case.expect_cra
 `expect_crash`, a case folder's expect.json, `record --expect-crash`); a pin that expects one and
 does not crash is refused too. `check` warns about crash goldens recorded without the
 expectation (before record refused them) and `check --prove` fails on them.
+
+A pin that expects a crash is replayed against what the caller sees (caller_view): each
+traceback keeps its header and its exception lines (type and message, chained ones too), and
+its frames (`  File "x.py", line 12, in f`, the source lines, the carets) are left out of the
+comparison, so a refactor that only moves lines stays green; the exit code and everything else
+the program printed are compared as ever. `crash_frames` (pins.jsonl), `"frames": true`
+(expect.json) or `record --crash-frames` compares the frames too.
 """
 
 from __future__ import annotations
@@ -19,11 +26,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from charpin_runner.errors import EXIT_DRIFT, CharpinError
+from charpin_runner.errors import EXIT_DRIFT, CharpinError, UsageError
 from charpin_runner.pins.model import Observation, Pin
 
 # The last line of an uncaught ModuleNotFoundError/ImportError, or `python -m`'s own
@@ -45,6 +52,32 @@ _DEPTH = 2
 _NO_MAIN = re.compile(rb"is a package and cannot be directly executed$")
 # The line an uncaught exception's traceback starts with (also each chained one's).
 _TRACEBACK = b"Traceback (most recent call last):"
+
+
+def caller_view(data: bytes) -> bytes:
+    """data with each traceback's frames left out: what follows a `Traceback (most recent call
+    last):` line up to the exception line is indented (frames, source lines, carets)."""
+    if _TRACEBACK not in data:
+        return data
+    out = []
+    in_frames = False
+    for line in data.splitlines(keepends=True):
+        if line.rstrip() == _TRACEBACK:
+            in_frames = True
+        elif in_frames and line[:1] in (b" ", b"\t") and line.strip():
+            continue
+        else:
+            in_frames = False
+        out.append(line)
+    return b"".join(out)
+
+
+def compared(pin: Pin, obs: Observation) -> Observation:
+    """obs as replay compares it for pin: a pin that expects a crash without crash_frames is
+    compared on what the caller sees (caller_view of its streams)."""
+    if not pin.case.expect_crash or pin.case.crash_frames:
+        return obs
+    return replace(obs, stdout=caller_view(obs.stdout), stderr=caller_view(obs.stderr))
 
 
 class CrashError(CharpinError):
@@ -224,3 +257,24 @@ def crashed_goldens(repo: Path, pins: list[Pin]) -> list[tuple[Pin, ImportCrash]
             if crash is not None and not (pin.case.expect_crash and crash.root is None):
                 found.append((pin, crash))
     return found
+
+
+def with_crash_flags(
+    pins: list[Pin], named: set[str], expect: Optional[bool], frames: Optional[bool]
+) -> list[Pin]:
+    """pins with `record --[no-]expect-crash` / `--[no-]crash-frames` applied to those named
+    (None: the flag was not given); crash_frames without expect_crash is a usage error."""
+    out = []
+    for pin in pins:
+        case = pin.case
+        if case.id in named:
+            crash = case.expect_crash if expect is None else expect
+            keep = case.crash_frames if frames is None else frames
+            if keep and not crash:
+                raise UsageError(
+                    f"--crash-frames is for a pin that expects a crash; add --expect-crash "
+                    f"(pin {case.id})"
+                )
+            case = replace(case, expect_crash=crash, crash_frames=keep and crash)
+        out.append(Pin(case, pin.golden))
+    return out

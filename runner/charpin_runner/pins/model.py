@@ -34,6 +34,10 @@ class Case:
     argv0: Optional[str] = None
     # The pin records a crash on purpose (an uncaught exception or a signal): crash.py.
     expect_crash: bool = False
+    # With expect_crash: compare the traceback's frames (files, line numbers, source lines)
+    # too. Without, replay compares what the caller sees: the exception, its message, the exit
+    # code (crash.caller_view), so a refactor that only moves lines stays green.
+    crash_frames: bool = False
     # stderr goes into the stdout pipe, as cram, prysk and trycmd's `.trycmd` cases run their
     # commands (one interleaved stream); the golden's stderr is then empty (imports/).
     merge_stderr: bool = False
@@ -140,6 +144,8 @@ def case_to_json(case: Case) -> dict[str, Any]:
         data["fixtures"] = case.fixtures
     if case.expect_crash:
         data["expect_crash"] = True
+    if case.crash_frames:
+        data["crash_frames"] = True
     if case.merge_stderr:
         data["merge_stderr"] = True
     return data

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from charpin_runner.pins import compare as cmp
+from charpin_runner.pins.crash import compared
 from charpin_runner.pins.model import Observation, Pin
 from charpin_runner.pins.replay import Outcome
 
@@ -44,8 +45,10 @@ def prove(outcomes: list[Outcome], comparator: cmp.Comparator = cmp.compare) -> 
     for outcome in outcomes:
         if outcome.classes or outcome.pin.golden is None:
             continue
-        actual = outcome.run.observation
-        for label, mutant in mutants(outcome.pin.golden):
+        # What replay compares: a crash pin's caller view (crash.compared), perturbed there.
+        pin = outcome.pin
+        actual = compared(pin, outcome.run.observation)
+        for label, mutant in mutants(compared(pin, outcome.pin.golden)):
             if not comparator(mutant, actual):
                 problems.append(
                     f"pin {outcome.pin.case.id}: the comparator did not notice a change to {label}"

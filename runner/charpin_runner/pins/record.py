@@ -21,6 +21,7 @@ gettext's above all, are not recorded at all: see bootstrap.py.)
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -118,6 +119,9 @@ def _drift(base: Run, other: Run, modes: bool = True, env_read: bool = True) -> 
     found = cmp.compare(base.observation, other.observation, modes=modes)
     if not env_read and cmp.ENV_READ in found:
         found.remove(cmp.ENV_READ)
+    # Recording asks more than replay: the same keys on every run, not only no new ones.
+    if env_read and base.observation.env_read != other.observation.env_read:
+        return True
     return bool(found)
 
 
@@ -136,6 +140,7 @@ def _refuse(case: Case, what: str, base: Run, other: Run, env_read: bool = True)
 
 def record_case(session: Session, case: Case, check_stability: bool = True) -> Recorded:
     """Run case as the oracle, prove it stable, and return the observation to store."""
+    _refuse_empty_folders(session.repo, case)
     sandbox = session.dir / f"record-{hashlib.sha256(case.id.encode()).hexdigest()[:12]}"
     base = run_case(session, case, sandbox=sandbox)
     if base.error is not None:
@@ -158,6 +163,33 @@ def record_case(session: Session, case: Case, check_stability: bool = True) -> R
     if check_stability:
         _prove_stable(session, case, base, sandbox)
     return Recorded(case, base.observation)
+
+
+def empty_folders(root: Path) -> list[str]:
+    """Folders under root (root-relative, sorted) that hold nothing: git keeps no empty folder,
+    so a clean checkout of the repository does not have them."""
+    found = []
+    for current, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(current, d)))
+        if current != str(root) and not dirs and not files:
+            found.append(Path(current).relative_to(root).as_posix())
+    return found
+
+
+def _refuse_empty_folders(repo: Path, case: Case) -> None:
+    """A work folder holding an empty folder records green here and fails from a clean
+    checkout, where git left it out: refused, with the fix, before anything runs."""
+    if case.fixtures is None:
+        return
+    empty = empty_folders(repo / case.fixtures)
+    if empty:
+        listed = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        keep = f"{case.fixtures}/{empty[0]}/.gitkeep"
+        raise UnstableError(
+            f"pin {case.id}: its work folder {case.fixtures} holds empty folder(s) {listed}, "
+            "which git does not keep, so the pin would fail from a clean checkout; put a file "
+            f"in each (e.g. {keep}) or have the program create it, then record again"
+        )
 
 
 def _refuse_crash(session: Session, case: Case, obs: Observation) -> None:
@@ -312,4 +344,4 @@ def save_recordings(pin_set: PinSet, new: Optional[Case], recorded: dict[str, Re
         got = recorded.get(pin.case.id)
         if got is not None:
             save_golden(pin_set.goldens_dir, pin.case.id, got.observation)
-            save_expect(pin_set.cases_dir / pin.case.id, got.case.expect_crash)
+            save_expect(pin_set.cases_dir / pin.case.id, got.case.expect_crash, got.case.crash_frames)

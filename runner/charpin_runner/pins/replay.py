@@ -17,10 +17,20 @@ from charpin_runner.config import CharpinConfig, PinsConfig
 from charpin_runner.errors import CharpinError
 from charpin_runner.pins import compare as cmp
 from charpin_runner.pins import repoguard
+from charpin_runner.pins.crash import compared
+from charpin_runner.pins.detail import describe_pin
 from charpin_runner.pins.execute import Run, Session, reaping, run_case
 from charpin_runner.pins.model import Observation, Pin
 from charpin_runner.pins.store import load_pins
-from charpin_runner.receipt import DETAIL_LINES, PinResult, Pins, PinStatus
+from charpin_runner.receipt import (
+    ACTUAL_BYTES,
+    ACTUAL_PINS,
+    DETAIL_LINES,
+    ActualOutput,
+    PinResult,
+    Pins,
+    PinStatus,
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,8 @@ def judge(pin: Pin, run: Run, comparator: cmp.Comparator = cmp.compare) -> Outco
     if pin.golden is None:
         classes.append(cmp.ERROR)
     else:
-        classes.extend(comparator(pin.golden, run.observation))
+        # A pin that expects a crash: what the caller sees, not the traceback's frames.
+        classes.extend(comparator(compared(pin, pin.golden), compared(pin, run.observation)))
     ordered = [name for name in cmp.PRIORITY if name in classes]
     return Outcome(pin, run, ordered)
 
@@ -186,8 +197,11 @@ def replay_for_receipt(
         session.wrap = wrap
         outcomes = replay(session, pin_set.all, jobs_for(pins_config, None))
     results = []
+    kept = 0  # failing pins whose actual outputs the receipt carries
     for outcome in outcomes:
         obs = outcome.run.observation
+        actual = actual_outputs(outcome) if kept < ACTUAL_PINS else []
+        kept += bool(actual)
         results.append(
             PinResult(
                 id=outcome.pin.case.id,
@@ -198,9 +212,31 @@ def replay_for_receipt(
                 files={path: entry.sha256 for path, entry in sorted(obs.files.items())},
                 failure_class=outcome.failure_class,
                 detail=_detail(outcome, pins_config.diff_lines),
+                actual=actual,
             )
         )
     return Pins(source, True, results)
+
+
+def actual_outputs(outcome: Outcome, cap: int = ACTUAL_BYTES) -> list[ActualOutput]:
+    """A pin that did not pass: its actual stdout, stderr and output files, at most cap bytes
+    in all (in that order), so the receipt brings back what a remote box's run folder loses."""
+    if outcome.status == "passed" or outcome.run.error is not None:
+        return []
+    obs = outcome.run.observation
+    parts = [("stdout", obs.stdout), ("stderr", obs.stderr)]
+    parts += [(f"out/{rel}", data) for rel, data in sorted(outcome.run.file_bytes.items())]
+    found = []
+    left = cap
+    for name, data in parts:
+        kept = data[: max(left, 0)]
+        left -= len(kept)
+        try:
+            text, exact = kept.decode("utf-8"), len(kept) == len(data)
+        except UnicodeDecodeError:
+            text, exact = kept.decode("utf-8", "backslashreplace"), False
+        found.append(ActualOutput(name=name, text=text, size=len(data), exact=exact))
+    return found
 
 
 def _detail(outcome: Outcome, cap: int) -> list[str]:
@@ -210,4 +246,5 @@ def _detail(outcome: Outcome, cap: int) -> list[str]:
     golden = outcome.pin.golden
     if outcome.run.error or golden is None:
         return [f"error: {outcome.run.error or 'no golden recorded'}"]
-    return cmp.describe(golden, outcome.run.observation, min(cap, DETAIL_LINES))[:DETAIL_LINES]
+    seen = describe_pin(outcome.pin, golden, outcome.run.observation, min(cap, DETAIL_LINES))
+    return seen[:DETAIL_LINES]

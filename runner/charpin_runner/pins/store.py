@@ -1,7 +1,8 @@
 """Load and save pins in both formats (pins.jsonl and case folders). Runs on boxes; stdlib only.
 
 pins.jsonl: one JSON object a line, closed field list (unknown keys are refused):
-  id, argv, argv0?, env, stdin, cwd_rel, fixtures?, expect_crash?, exit_code, stdout, stderr,
+  id, argv, argv0?, env, stdin, cwd_rel, fixtures?, expect_crash?, crash_frames?, exit_code,
+  stdout, stderr,
   files, env_read, norm_counts (the optional ones are written only when set).
 A line without exit_code is an input waiting for `charpin pins record`.
 Case folders: <cases>/<name>/{target.txt, argv.json, env.json, stdin.bin, expect.json?, work/} with
@@ -85,6 +86,7 @@ class _ObservationJson:
 @dataclass
 class _ExpectJson:
     crash: bool = False
+    frames: bool = False  # Case.crash_frames
 
 
 @dataclass
@@ -97,6 +99,7 @@ class _PinLine:
     cwd_rel: str = "."
     fixtures: Optional[str] = None
     expect_crash: bool = False
+    crash_frames: bool = False
     merge_stderr: bool = False
     exit_code: Optional[int] = None
     stdout: Union[str, _B64, _Sha256] = ""
@@ -185,6 +188,7 @@ def parse_line(text: str, where: str) -> Pin:
         origin=where,
         argv0=line.argv0,
         expect_crash=line.expect_crash,
+        crash_frames=line.crash_frames,
         merge_stderr=line.merge_stderr,
     )
     if not case.argv:
@@ -274,13 +278,13 @@ def _read_golden(golden_path: Path, repo: Path) -> tuple[str, Any]:
     return glabel, _strict(_read_json(golden_path, glabel), _ObservationJson, glabel)
 
 
-def _read_expect(folder: Path, label: str) -> bool:
+def _read_expect(folder: Path, label: str) -> _ExpectJson:
     path = folder / "expect.json"
     if not path.is_file():
-        return False
+        return _ExpectJson()
     where = f"{label}/expect.json"
     expect: _ExpectJson = _strict(_read_json(path, where), _ExpectJson, where)
-    return expect.crash
+    return expect
 
 
 def load_folder(repo: Path, folder: Path, goldens: Path) -> Pin:
@@ -339,6 +343,7 @@ def load_folder(repo: Path, folder: Path, goldens: Path) -> Pin:
     env = _strict(env, dict[str, str], f"{label}/env.json")
     stdin = (folder / "stdin.bin").read_bytes() if (folder / "stdin.bin").is_file() else b""
     work = folder / "work"
+    expect = _read_expect(folder, label)
     case = Case(
         id=name,
         argv=(*target, *(vector or [])[1:]),
@@ -349,7 +354,8 @@ def load_folder(repo: Path, folder: Path, goldens: Path) -> Pin:
         origin=label,
         # No argv.json: the program runs under the name its target gives it, with no arguments.
         argv0=vector[0] if vector else None,
-        expect_crash=_read_expect(folder, label),
+        expect_crash=expect.crash,
+        crash_frames=expect.frames,
     )
     return Pin(case, golden)
 
@@ -432,11 +438,12 @@ def _write_json(path: Path, data: Any) -> None:
     write_repo_file(path, (text + "\n").encode("utf-8"))
 
 
-def save_expect(folder: Path, expect_crash: bool) -> None:
-    """A case folder's expect.json: {"crash": true} when the pin records a crash on purpose."""
+def save_expect(folder: Path, expect_crash: bool, frames: bool = False) -> None:
+    """A case folder's expect.json: {"crash": true} when the pin records a crash on purpose
+    (with `"frames": true` when its traceback's frames are compared too)."""
     path = folder / "expect.json"
     if expect_crash:
-        write_repo_file(path, b'{"crash": true}\n')
+        write_repo_file(path, b'{"crash": true, "frames": true}\n' if frames else b'{"crash": true}\n')
     elif path.is_file():
         path.unlink()
 
@@ -506,7 +513,7 @@ def save_case_folder(
     write_repo_file(folder / "env.json", env_text.encode("utf-8"))
     write_repo_file(folder / "stdin.bin", case.stdin)
     work.mkdir(exist_ok=True)  # the recipe's layout has one, the run's cwd, even when empty
-    save_expect(folder, case.expect_crash)
+    save_expect(folder, case.expect_crash, case.crash_frames)
     if golden is not None:
         save_golden(repo / config.goldens, case.id, golden)
     return folder

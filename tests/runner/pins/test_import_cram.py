@@ -195,7 +195,8 @@ def test_a_behaviour_edit_turns_an_imported_cram_test_red(repo: Path, charpin: R
     code, out, _ = charpin("pins", "check", "--repo", str(repo))
     assert code == 2
     assert "DRIFT tests-tally [stdout]" in out
-    assert "-lines read" in out and "+read" in out
+    # The drift reads as cram's own form: the `.t` lines, indented, not the shell's markers.
+    assert "-  lines read" in out and "+  read" in out
 
 
 def test_a_test_that_fails_under_cram_is_refused_with_crams_diff(
@@ -219,7 +220,8 @@ def test_a_pattern_for_a_changing_value_is_not_carried_as_a_pattern(
     _write(repo, "clock.t", "  $ python3 -c 'import time; print(time.time_ns())'\n  \\d+ (re)\n")
     code, _, err = charpin("import", "cram", "--repo", str(repo), str(repo / "clock.t"))
     assert code == 2
-    assert "do not replay green against the unchanged program" in err
+    assert "clock.t: imported, but the pin does not replay green" in err
+    assert "no imported pin replays green against the unchanged program" in err
     assert not (repo / "pins.jsonl").exists()
 
 

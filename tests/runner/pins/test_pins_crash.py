@@ -220,3 +220,49 @@ def test_dash_m_of_a_package_without_main_is_refused(repo: Path, charpin: Runner
     assert code == 2, out + err
     assert "is a package and cannot be directly executed" in err
     assert _lines(repo) == {}
+
+
+MOVED = "# a refactor moved every line down\n\n\nrows = {}\nprint('reading')\nprint(rows['acme'])\n"
+
+
+def test_a_crash_pin_compares_what_the_caller_sees_not_the_frames(
+    repo: Path, charpin: Runner
+) -> None:
+    """#22: a refactor that only moves lines keeps a crash pin green; the exception, its message
+    and the exit code still drift; --crash-frames compares the frames (line numbers) too."""
+    assert _record(charpin, repo, "--id", "boom", "--expect-crash", "--", "boom.py")[0] == 0
+    (repo / "boom2.py").write_text(PROGRAMS["boom.py"])
+    args = ("--id", "framed", "--expect-crash", "--crash-frames", "--", "boom2.py")
+    assert _record(charpin, repo, *args)[0] == 0
+    assert _lines(repo)["framed"]["crash_frames"] is True
+    assert "crash_frames" not in _lines(repo)["boom"]
+    assert 'line 3, in <module>' in str(_lines(repo)["boom"]["stderr"])  # the golden keeps them
+
+    (repo / "boom.py").write_text(MOVED)
+    (repo / "boom2.py").write_text(MOVED)
+    code, out, err = charpin("pins", "check", "--repo", str(repo), "--prove")
+    assert code == 2, out + err
+    assert "DRIFT boom " not in out  # only moved lines: what the caller sees is the same
+    assert "DRIFT framed [stderr]" in out and "line 6, in <module>" in out
+
+    (repo / "boom.py").write_text(MOVED.replace("rows['acme']", "rows['globex']"))
+    code, out, err = charpin("pins", "check", "--repo", str(repo))
+    assert code == 2 and "DRIFT boom [stderr]" in out, out + err
+    # The diff shows the exception that changed, not the frames around it.
+    assert "-KeyError: 'acme'" in out and "+KeyError: 'globex'" in out
+    assert "-  File" not in out.split("DRIFT framed")[0]
+
+
+def test_crash_frames_needs_a_pin_that_expects_a_crash(repo: Path, charpin: Runner) -> None:
+    code, _out, err = _record(charpin, repo, "--id", "fine", "--crash-frames", "--", "fine.py")
+    assert code == 64 and "--crash-frames is for a pin that expects a crash" in err
+
+
+def test_expect_json_holds_crash_frames(tmp_path: Path) -> None:
+    golden = Observation(1, b"", TRACE + b"KeyError: 'acme'\n", env_read=[])
+    case = Case(id="boom", argv=("tool.py",), expect_crash=True, crash_frames=True)
+    folder = save_case_folder(tmp_path, PinsConfig(), case, golden)
+    assert json.loads((folder / "expect.json").read_text()) == {"crash": True, "frames": True}
+    loaded = load_folder(tmp_path, folder, tmp_path / PinsConfig().goldens)
+    assert (loaded.case.expect_crash, loaded.case.crash_frames) == (True, True)
+    assert parse_line(pin_line(Pin(case, golden)), "line 1").case.crash_frames is True

@@ -12,7 +12,13 @@ keep (or the problems that stop the import, or why the case is not imported). ru
   4. loads them back from disk and replays them: the import succeeds only when that replay is
      green; otherwise the pins file is restored byte for byte and the drift is reported.
 
-Nothing is written when any draft is refused: an import is whole or not at all.
+Nothing is written when any draft is refused: an import is whole or not at all, unless the
+plan is `partial` (cram: one pin per file, files independent of each other), where each refused
+or red file is reported and the others are imported (Result.refused; the CLI exits 2).
+
+A plan with `raw_normalise` also runs each draft with only those normalisation rules (cram: none)
+and asks the draft's `check_raw` first: the source's own patterns are matched against what the
+program printed, before charpin's normalisation rewrote it; the golden is the normalised run's.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import re
 import shutil
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from charpin_runner.config import PinsConfig
+from charpin_runner.config import NormRule, PinsConfig
 from charpin_runner.errors import EXIT_DRIFT, CharpinError, UsageError
-from charpin_runner.pins import compare as cmp
+from charpin_runner.pins.detail import describe_pin
 from charpin_runner.pins.execute import Run, Session, run_case
 from charpin_runner.pins.model import Case, Observation, OutFile, Pin
 from charpin_runner.pins.replay import replay
@@ -71,6 +78,9 @@ class Draft:
     case: Case
     source: str
     settle: Callable[[Run], Settled]
+    # With Plan.raw_normalise: judged first on the run made with those rules only; a Settled
+    # with problems or a skip decides, None goes on to settle(the normalised run).
+    check_raw: Optional[Callable[[Run], Optional[Settled]]] = None
 
 
 @dataclass
@@ -86,6 +96,10 @@ class Plan:
     replace: bool = False
     # Folders the importer made for the pins (a work folder); removed when the import fails.
     cleanup: list[Path] = field(default_factory=list)
+    # Drafts are independent (one per source file): a refused or red one does not stop the rest.
+    partial: bool = False
+    # The rules the drafts' check_raw runs are made with (None: no such run).
+    raw_normalise: Optional[list[NormRule]] = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,8 @@ class Result:
     notes: list[str]
     skipped: list[str]
     warnings: list[str]
+    # A partial plan's drafts that were not imported: the problem lines, each naming its source.
+    refused: list[str] = field(default_factory=list)
 
 
 def pin_id(prefix: str, text: str) -> str:
@@ -162,33 +178,74 @@ def _run_import(repo: Path, config: PinsConfig, plan: Plan, jobs: int) -> Result
             raise UsageError(f"{draft.source}: pin id {pin!r} comes twice in this import")
         seen.add(pin)
     warnings: list[str] = []
-    with Session(repo, config) as session:
-        settled = _verify(session, plan, jobs)
+    refused: list[str] = []
+    with ExitStack() as stack:
+        session = stack.enter_context(Session(repo, config))
+        raw = None
+        if plan.raw_normalise is not None:
+            raw_config = dataclasses.replace(config, normalise=list(plan.raw_normalise))
+            raw = stack.enter_context(Session(repo, raw_config))
+        settled = _verify(session, raw, plan, jobs)
         problems = [line for _, s in settled for line in s.problems]
-        if problems:
+        if problems and not plan.partial:
             raise ImportRefusedError(
                 f"{plan.fmt}: {sum(1 for _, s in settled if s.problems)} case(s) cannot be "
                 "carried over as they are; nothing was written",
                 problems,
             )
+        refused += problems
         kept = [(d, s) for d, s in settled if s.skip is None and s.golden is not None]
         skipped = [*plan.skipped, *(f"{d.source}: {s.skip}" for d, s in settled if s.skip)]
         if not kept:
+            if refused:
+                raise ImportRefusedError(
+                    f"{plan.fmt}: no case can be carried over as it is; nothing was written",
+                    [*refused, *skipped],
+                )
             raise ImportRefusedError(f"{plan.fmt}: no case to import; nothing was written", skipped)
-        new = [Pin(d.case, s.golden) for d, s in kept]
         backup = path.read_bytes() if path.is_file() else None
-        save_jsonl(path, [*existing.jsonl, *new])
-        try:
-            drift = _replay_written(repo, config, session, {p.case.id for p in new}, jobs, warnings)
-        except BaseException:
-            _restore(path, backup)
-            raise
-        if drift:
+        # A partial plan drops the pins that replay red and tries the rest again (each round
+        # can only shrink the set; a red pin in a whole plan stops the import).
+        for _round in range(3):
+            new = [Pin(d.case, s.golden) for d, s in kept]
+            save_jsonl(path, [*existing.jsonl, *new])
+            try:
+                drift = _replay_written(
+                    repo, config, session, {p.case.id for p in new}, jobs, warnings
+                )
+            except BaseException:
+                _restore(path, backup)
+                raise
+            if not drift:
+                break
+            if not plan.partial:
+                _restore(path, backup)
+                raise ImportRefusedError(
+                    f"{plan.fmt}: the imported pins do not replay green against the unchanged "
+                    f"program ({len(drift)} drifted); {config.file} is as it was",
+                    [line for lines in drift.values() for line in lines],
+                )
+            for d, _s in kept:
+                if d.case.id in drift:
+                    refused.append(
+                        f"{d.source}: imported, but the pin does not replay green against the "
+                        "unchanged program (a value that changes between runs?); not written:"
+                    )
+                    refused += [f"  {line}" for line in drift[d.case.id]]
+            kept = [(d, s) for d, s in kept if d.case.id not in drift]
+            if not kept:
+                _restore(path, backup)
+                raise ImportRefusedError(
+                    f"{plan.fmt}: no imported pin replays green against the unchanged program; "
+                    f"{config.file} is as it was",
+                    refused,
+                )
+        else:
             _restore(path, backup)
             raise ImportRefusedError(
-                f"{plan.fmt}: the imported pins do not replay green against the unchanged "
-                f"program ({len(drift)} drifted); {config.file} is as it was",
-                [line for lines in drift.values() for line in lines],
+                f"{plan.fmt}: the imported pins do not replay the same way twice; {config.file} "
+                "is as it was",
+                refused,
             )
     return Result(
         fmt=plan.fmt,
@@ -196,9 +253,10 @@ def _run_import(repo: Path, config: PinsConfig, plan: Plan, jobs: int) -> Result
         destination=config.file,
         kept=plan.kept,
         lost=plan.lost,
-        notes=[note for _, s in kept for note in s.notes],
+        notes=[note for d, s in kept for note in s.notes],
         skipped=skipped,
         warnings=warnings,
+        refused=refused,
     )
 
 
@@ -210,30 +268,49 @@ def _existing(repo: Path, config: PinsConfig, replace: bool) -> PinSet:
     return load_pins(repo, config)
 
 
-def _verify(session: Session, plan: Plan, jobs: int) -> list[tuple[Draft, Settled]]:
+def _verify(
+    session: Session, raw: Optional[Session], plan: Plan, jobs: int
+) -> list[tuple[Draft, Settled]]:
     def one(draft: Draft) -> tuple[Draft, Settled]:
-        try:
-            run = run_case(session, draft.case)
-        except CharpinError as exc:
-            return draft, Settled(problems=[f"{draft.source}: {exc}"])
-        if run.error is not None or run.timed_out or run.limit is not None:
-            why = run.error or run.limit or f"timed out after {session.config.timeout}s"
-            return draft, Settled(problems=[f"{draft.source}: the verification run failed: {why}"])
-        if run.outside_writes:
-            shown = ", ".join(run.outside_writes[:5])
-            return draft, Settled(
-                problems=[
-                    f"{draft.source}: the program wrote outside the output folder "
-                    f"{session.config.output}/ ({shown}); a pin keeps only files under it, so "
-                    "this case cannot replay green: make the program write there"
-                ]
-            )
+        if raw is not None and draft.check_raw is not None:
+            run, problem = _verification_run(raw, draft)
+            if problem is not None:
+                return draft, problem
+            assert run is not None
+            first = draft.check_raw(run)
+            if first is not None:
+                return draft, first
+        run, problem = _verification_run(session, draft)
+        if problem is not None:
+            return draft, problem
+        assert run is not None
         return draft, draft.settle(run)
 
     if jobs <= 1 or len(plan.drafts) <= 1:
         return [one(d) for d in plan.drafts]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(one, plan.drafts))
+
+
+def _verification_run(session: Session, draft: Draft) -> tuple[Optional[Run], Optional[Settled]]:
+    """(the run, None), or (None, why it cannot settle anything)."""
+    try:
+        run = run_case(session, draft.case)
+    except CharpinError as exc:
+        return None, Settled(problems=[f"{draft.source}: {exc}"])
+    if run.error is not None or run.timed_out or run.limit is not None:
+        why = run.error or run.limit or f"timed out after {session.config.timeout}s"
+        return None, Settled(problems=[f"{draft.source}: the verification run failed: {why}"])
+    if run.outside_writes:
+        shown = ", ".join(run.outside_writes[:5])
+        return None, Settled(
+            problems=[
+                f"{draft.source}: the program wrote outside the output folder "
+                f"{session.config.output}/ ({shown}); a pin keeps only files under it, so "
+                "this case cannot replay green: make the program write there"
+            ]
+        )
+    return run, None
 
 
 def _replay_written(
@@ -256,7 +333,9 @@ def _replay_written(
         if outcome.run.error:
             lines.append(f"  error: {outcome.run.error}")
         elif outcome.pin.golden is not None:
-            detail = cmp.describe(outcome.pin.golden, outcome.run.observation, DETAIL_CAP)
+            detail = describe_pin(
+                outcome.pin, outcome.pin.golden, outcome.run.observation, DETAIL_CAP
+            )
             lines.extend(f"  {line}" for line in detail)
         drift[outcome.pin.case.id] = lines
     return drift

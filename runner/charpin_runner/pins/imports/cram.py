@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from charpin_runner.config import PinsConfig
+from charpin_runner.config import NormRule, PinsConfig
 from charpin_runner.errors import UsageError
+from charpin_runner.pins.cramview import SALT
 from charpin_runner.pins.execute import Run
 from charpin_runner.pins.imports.common import (
     DETAIL_CAP,
@@ -51,8 +52,6 @@ from charpin_runner.pins.model import Case
 from charpin_runner.pins.targets import pythonpath_dirs
 
 SHELL = "/bin/sh"
-# cram salts its markers with the time (b"CRAM%.5f"); a fixed salt keeps the golden stable.
-SALT = b"CRAM-CHARPIN-SALT"
 SKIP_STATUS = 80
 # The temporary folder cram makes in its CRAMTMP (TMPDIR, TEMP and TMP point there).
 TMP_NAME = "tmp"
@@ -103,11 +102,14 @@ class Dialect:
     name: str
     temp_var: str
     prysk: bool
+    # The folder the tool makes for its tests (tempfile.mkdtemp's prefix, then random letters;
+    # the pin's is fixed): a `.t` may match its name, as cram's env.t does (`*/cramtests*`).
+    temp_name: str
 
 
 DIALECTS = {
-    "cram": Dialect("cram", "CRAMTMP", prysk=False),
-    "prysk": Dialect("prysk", "PRYSK_TEMP", prysk=True),
+    "cram": Dialect("cram", "CRAMTMP", prysk=False, temp_name="cramtests-charpin"),
+    "prysk": Dialect("prysk", "PRYSK_TEMP", prysk=True, temp_name="prysk-tests-charpin"),
 }
 
 
@@ -343,6 +345,7 @@ def kept_and_lost(dialect: Dialect, output: str) -> tuple[list[str], list[str]]:
         f"stdout and stderr as one interleaved stream (merge_stderr), as {dialect.name} "
         "captures them",
     ]
+    temp = f"{output}/{dialect.temp_name}"
     lost = [
         "which line went to stderr: the merged stream cannot be split",
         "(re) and (glob) tolerance: each such line is pinned to the exact text the unchanged "
@@ -350,13 +353,13 @@ def kept_and_lost(dialect: Dialect, output: str) -> tuple[list[str], list[str]]:
         "replays red",
         f"the rest of your shell's environment ({dialect.name} passes it through); "
         "--preserve-env, --shell and --shell-opts are not emulated (always /bin/sh)",
-        f"the test's folder is {output}/<file>.t in the pin's work folder ({dialect.temp_var} "
-        f"is {output}/): files a test leaves there are now checked as output files",
+        f"the test's folder is {temp}/<file>.t in the pin's work folder ({dialect.temp_var} "
+        f"is {temp}/): files a test leaves there are now checked as output files",
     ]
     if dialect.prysk:
         lost.append(
             f"prysk writes the temporary folder as $TMPDIR in output: the golden holds it as "
-            f"$WORK/{output}/{TMP_NAME} (charpin's `work` normalisation)"
+            f"$WORK/{temp}/{TMP_NAME} (charpin's `work` normalisation)"
         )
     return kept, lost
 
@@ -372,7 +375,13 @@ def plan(
     """One pin per `.t` file (a file is one shell session, so it cannot be split)."""
     dialect = DIALECTS[dialect_name]
     kept, lost = kept_and_lost(dialect, config.output)
-    result = Plan(f"{dialect.name} .t", [], kept=kept, lost=lost)
+    # Each file is its own shell session, so one bad file does not stop the others; the
+    # source's patterns are matched against what the program printed, before normalisation
+    # (prysk keeps the work path rule: it writes the temporary folder as $TMPDIR).
+    raw = [NormRule(name="work", kind="work")] if dialect.prysk else []
+    result = Plan(
+        f"{dialect.name} .t", [], kept=kept, lost=lost, partial=True, raw_normalise=raw
+    )
     for test in files:
         rel = repo_relative(repo, test, "test file")
         try:
@@ -389,34 +398,53 @@ def plan(
             argv=(SHELL, "-"),
             env=cram_env(test),
             stdin=prologue + parsed.script,
-            cwd_rel=f"{config.output}/{test.name}",
+            cwd_rel=f"{config.output}/{dialect.temp_name}/{test.name}",
             origin=rel,
             merge_stderr=True,
         )
-        tmpdir = f"$WORK/{config.output}/{TMP_NAME}".encode()
-        result.drafts.append(Draft(case, rel, _settler(parsed, rel, indent, dialect, tmpdir)))
+        tmpdir = f"$WORK/{config.output}/{dialect.temp_name}/{TMP_NAME}".encode()
+        check = _raw_checker(parsed, rel, indent, dialect, tmpdir)
+        settle = _settler(parsed, indent, dialect, tmpdir, rel)
+        result.drafts.append(Draft(case, rel, settle, check_raw=check))
     return result
 
 
-def _settler(
+def _raw_checker(
     parsed: Parsed, rel: str, indent: int, dialect: Dialect, tmpdir: bytes
+) -> Callable[[Run], Optional[Settled]]:
+    """The file's expectation under its tool's rules, on the run made without charpin's
+    normalisation (what the program printed): a skip, the refusal with the tool's diff, or
+    None (it passes)."""
+
+    def check(run: Run) -> Optional[Settled]:
+        obs = run.observation
+        if obs.exit_code == SKIP_STATUS:
+            return Settled(skip=f"{dialect.name} skips this test here (it exits {SKIP_STATUS})")
+        post = postout(obs.stdout, parsed, indent, dialect, tmpdir)
+        if passes(parsed.refout, post):
+            return None
+        diff = unified_diff(parsed.refout, post, rel)
+        if len(diff) > DETAIL_CAP:
+            diff = [*diff[:DETAIL_CAP], f"... {len(diff) - DETAIL_CAP} more diff lines"]
+        return Settled(
+            problems=[
+                f"{rel}: the unchanged program does not pass this test under "
+                f"{dialect.name}'s rules in a pin's environment; the test as it ran:",
+                *(f"  {line}" for line in diff),
+            ]
+        )
+
+    return check
+
+
+def _settler(
+    parsed: Parsed, indent: int, dialect: Dialect, tmpdir: bytes, rel: str
 ) -> Callable[[Run], Settled]:
     def settle(run: Run) -> Settled:
         obs = run.observation
         if obs.exit_code == SKIP_STATUS:
             return Settled(skip=f"{dialect.name} skips this test here (it exits {SKIP_STATUS})")
         post = postout(obs.stdout, parsed, indent, dialect, tmpdir)
-        if not passes(parsed.refout, post):
-            diff = unified_diff(parsed.refout, post, rel)
-            if len(diff) > DETAIL_CAP:
-                diff = [*diff[:DETAIL_CAP], f"... {len(diff) - DETAIL_CAP} more diff lines"]
-            return Settled(
-                problems=[
-                    f"{rel}: the unchanged program does not pass this test under "
-                    f"{dialect.name}'s rules in a pin's environment; the test as it ran:",
-                    *(f"  {line}" for line in diff),
-                ]
-            )
         resolved = sum(
             1
             for want, got in zip(parsed.refout, post)
@@ -426,7 +454,10 @@ def _settler(
         if resolved:
             notes.append(
                 f"{rel}: {resolved} (re)/(glob) line(s) pinned to the exact text printed now"
+                " (after normalisation)"
             )
+        if len(post) != len(parsed.refout):
+            notes.append(f"{rel}: normalisation changed the number of lines cram compares")
         if parsed.commands == 0:
             notes.append(f"{rel}: no `$ ` command; the pin checks an empty session")
         return Settled(golden=obs, notes=notes)

@@ -1,30 +1,32 @@
-"""Coordinator side; imports the stdlib, report.py, render_evidence's titles and html_report's helpers: drift.html's evidence-only sections (Repeats of `run --repeat N`, frozen tests re-run by `--include-frozen`) and a report's repeats as runs for the index's flaky tests."""
+"""Coordinator side; imports the stdlib, report.py, evidence_text's titles and html_base: drift.html's evidence-only sections (Repeats of `run --repeat N`, frozen tests re-run by `--include-frozen`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
-from charpin_coordinator.html_report import (
-    _OUTCOME_CLASS,
-    MAX_HTML_ROWS,
-    _code,
-    _more,
-    attr,
-    text,
-)
-
-# The text and Markdown reports' own words and folding, so every format says the same.
-from charpin_coordinator.render_evidence import FROZEN_TITLE, REPEATS_TITLE, _folded, _repeats
 from charpin_coordinator.report import (
-    BoxSummary,
     FrozenRerunBox,
     FrozenReruns,
     RepeatBox,
     Repeats,
 )
 
-_FAILS = frozenset(("failed", "error"))
+# The text and Markdown reports' own words and folding, so every format says the same.
+from charpin_coordinator.reports.evidence_text import (
+    FROZEN_TITLE,
+    REPEATS_TITLE,
+    folded,
+    repeats_said,
+)
+from charpin_coordinator.reports.html_base import (
+    MAX_HTML_ROWS,
+    OUTCOME_CLASS,
+    attr,
+    code_span,
+    more_note,
+    text,
+)
+
 _NEVER_GATES = "Repeats never gate: gates, drift and the exit code above are repeat 1's alone."
 _LEGEND = (
     "Outcomes in repeat order, repeat 1 first; absent: that repeat ran without the test; "
@@ -63,9 +65,9 @@ def repeats_section(repeats: Repeats) -> str:
     for box in repeats.boxes:
         css = ' class="incomplete"' if box.differing else ""
         out.append(
-            f'<tr data-box="{attr(box.box)}"><td>{_code(box.box)}</td>'
+            f'<tr data-box="{attr(box.box)}"><td>{code_span(box.box)}</td>'
             f"<td>{box.evaluated} of {repeats.count}</td><td{css}>{len(box.differing)}</td>"
-            f"<td>{', '.join(_code(run_id) for run_id in box.run_ids)}</td></tr>"
+            f"<td>{', '.join(code_span(run_id) for run_id in box.run_ids)}</td></tr>"
         )
     out.append("</tbody></table>")
     if any(box.differing for box in repeats.boxes):
@@ -76,7 +78,7 @@ def repeats_section(repeats: Repeats) -> str:
     if misses:
         out.append('<ul id="repeat-not-evaluated">')
         out += [
-            f'<li data-box="{attr(label)}"><span class="notevaluated">{_code(label)} repeat '
+            f'<li data-box="{attr(label)}"><span class="notevaluated">{code_span(label)} repeat '
             f"{miss.repeat} NOT EVALUATED ({text(miss.kind)})</span>: {text(miss.reason)}</li>"
             for label, miss in misses
         ]
@@ -93,7 +95,7 @@ def _repeat_matrix(boxes: Sequence[RepeatBox]) -> str:
     by_box = {box.box: {row.item: row.outcomes for row in box.differing} for box in shown}
     out = [
         '<table id="repeat-matrix"><thead><tr><th>test</th>'
-        + "".join(f'<th data-box="{attr(box.box)}">{_code(box.box)}</th>' for box in shown)
+        + "".join(f'<th data-box="{attr(box.box)}">{code_span(box.box)}</th>' for box in shown)
         + "</tr></thead><tbody>"
     ]
     for item in rows[:MAX_HTML_ROWS]:
@@ -105,9 +107,9 @@ def _repeat_matrix(boxes: Sequence[RepeatBox]) -> str:
             else:
                 cells.append(f'<td data-box="{attr(box.box)}">{_sequence(outcomes)}</td>')
         # The test's cell as a failing test's: an outcome that changes is a failure somewhere.
-        out.append(f'<tr><td class="fail id">{_code(item)}</td>{"".join(cells)}</tr>')
+        out.append(f'<tr><td class="fail id">{code_span(item)}</td>{"".join(cells)}</tr>')
     out.append("</tbody></table>")
-    out.append(_more(len(rows) - MAX_HTML_ROWS, "rows"))
+    out.append(more_note(len(rows) - MAX_HTML_ROWS, "rows"))
     return "\n".join(out)
 
 
@@ -117,7 +119,7 @@ def _sequence(outcomes: Sequence[str]) -> str:
 
 
 def _outcome(outcome: str) -> str:
-    css = _OUTCOME_CLASS.get(outcome.split(" ", 1)[0], "muted")
+    css = OUTCOME_CLASS.get(outcome.split(" ", 1)[0], "muted")
     return f'<span class="{css}">{text(outcome)}</span>'
 
 
@@ -131,7 +133,7 @@ def frozen_summary(frozen: FrozenReruns) -> str:
             dirty.setdefault(side.box, []).append(side.repeat)
     if dirty:
         said += "; not clean: " + ", ".join(
-            label if repeats == [1] else f"{label} ({_repeats(repeats)})"
+            label if repeats == [1] else f"{label} ({repeats_said(repeats)})"
             for label, repeats in dirty.items()
         )
     return (
@@ -154,7 +156,7 @@ def frozen_section(frozen: FrozenReruns) -> str:
         )
         # Later repeats whose side run ended exactly the same way share its row, as in the text
         # and Markdown reports (ten identical side runs of --repeat 10 are one row, not ten).
-        out += [_frozen_row(side, same) for side, same in _folded(frozen.boxes)]
+        out += [_frozen_row(side, same) for side, same in folded(frozen.boxes)]
         out.append("</tbody></table>")
     if frozen.absent:
         out.append('<ul id="frozen-absent">')
@@ -171,52 +173,21 @@ def _frozen_row(side: FrozenRerunBox, same: list[int]) -> str:
     said = f"{verdict} ({side.interpretation}) · {side.wall_seconds:.1f} s"
     tests = list(side.outcomes.items())
     listed = "".join(
-        f"<li>{_code(nodeid)}: {_outcome(outcome)}</li>"
+        f"<li>{code_span(nodeid)}: {_outcome(outcome)}</li>"
         for nodeid, outcome in tests[:MAX_HTML_ROWS]
     )
     why = "" if side.clean else ("; ".join(side.reasons) or "not every frozen test passed")
-    moved = "".join(f"<li>fixture changed: {_code(path)}</li>" for path in side.fixtures_changed)
-    folded = f'<br><span class="muted">{text(_repeats(same))}: the same</span>' if same else ""
+    moved = "".join(
+        f"<li>fixture changed: {code_span(path)}</li>" for path in side.fixtures_changed
+    )
+    same_note = (
+        f'<br><span class="muted">{text(repeats_said(same))}: the same</span>' if same else ""
+    )
     return (
         f'<tr data-box="{attr(side.box)}" data-repeat="{side.repeat}">'
-        f"<td>{_code(side.box)}</td><td>{side.repeat} ({_code(side.run_id)}){folded}</td>"
+        f"<td>{code_span(side.box)}</td><td>{side.repeat} ({code_span(side.run_id)}){same_note}</td>"
         f'<td class="{"pass" if side.clean else "fail"}">{text(said)}</td>'
         f'<td><ul class="frozen-tests">{listed}</ul>'
-        f"{_more(len(tests) - MAX_HTML_ROWS, 'frozen tests')}</td>"
+        f"{more_note(len(tests) - MAX_HTML_ROWS, 'frozen tests')}</td>"
         f"<td>{text(why)}{f'<ul>{moved}</ul>' if moved else ''}</td></tr>"
     )
-
-
-# --- repeats as runs, for the index's flaky tests (html_report.derive_flaky) ----------------
-
-
-class TriedRun(NamedTuple):
-    """One run (or repeat) of a box: the tests that failed, and those it is known not to have
-    run (a repeat's `absent`; a record's report does not say)."""
-
-    failing: frozenset[str]
-    absent: frozenset[str] = frozenset()
-
-
-def tried_runs(box: BoxSummary, repeats: Repeats | None) -> list[TriedRun]:
-    """The box's record and each of its repeats that gave a receipt. The report lists the
-    record's failing tests and the tests whose outcome differed between repeats: a failing test
-    not among those failed in every repeat."""
-    entry = (
-        None if repeats is None else next((b for b in repeats.boxes if b.box == box.label), None)
-    )
-    if entry is None:
-        return [TriedRun(frozenset(box.failing))]
-    missed = {miss.repeat for miss in entry.not_evaluated}
-    steady = frozenset(box.failing) - {row.item for row in entry.differing}
-    tried = []
-    for index in range(len(entry.run_ids)):
-        if index + 1 in missed:
-            continue
-        column = {
-            row.item: row.outcomes[index] for row in entry.differing if index < len(row.outcomes)
-        }
-        failing = steady | {item for item, outcome in column.items() if outcome in _FAILS}
-        absent = frozenset(item for item, outcome in column.items() if outcome == "absent")
-        tried.append(TriedRun(failing, absent))
-    return tried

@@ -1,19 +1,19 @@
-"""Coordinator side; imports the stdlib, report.py and html_report's helpers: drift.html's "Since" section (each box against its own earlier receipt, `run --against`)."""
+"""Coordinator side; imports the stdlib, report.py and html_base: drift.html's "Since" section (each box against its own earlier receipt, `run --against`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from charpin_coordinator.html_report import (
+from charpin_coordinator.report import Dimension, Since, SinceBox
+from charpin_coordinator.reports.html_base import (
     MAX_HTML_ROWS,
-    _code,
-    _diff_lines,
-    _more,
     attr,
+    code_span,
     dimension_body,
+    id_diff_lines,
+    more_note,
     text,
 )
-from charpin_coordinator.report import Dimension, Since, SinceBox
 
 # temporal.py's labels for the pair (earlier receipt, this run's). Repeated here, not imported:
 # this module reads report.py only, and temporal.py pulls in the drift builder and git.
@@ -64,7 +64,7 @@ def since_section(since: Since) -> str:
         )
     out = [
         f'<section id="since"><h2>{text(_since_heading(since))}</h2>',
-        f"<p>Each box against its own earlier receipt ({_code('--against ' + since.against)}):"
+        f"<p>Each box against its own earlier receipt ({code_span('--against ' + since.against)}):"
         " what changed on that box since then.</p>",
         gate,
         '<table id="since-table"><thead><tr><th>box</th><th>compared with</th>'
@@ -85,7 +85,7 @@ def since_section(since: Since) -> str:
 
 def _since_row(index: int, box: SinceBox, gating: bool) -> str:
     def head(state: str) -> str:
-        return f'<tr data-box="{attr(box.box)}" data-since="{state}"><td>{_code(box.box)}</td>'
+        return f'<tr data-box="{attr(box.box)}" data-since="{state}"><td>{code_span(box.box)}</td>'
 
     if box.reference is None:
         return head("none") + (
@@ -93,7 +93,7 @@ def _since_row(index: int, box: SinceBox, gating: bool) -> str:
         )
     commit = box.reference_commit or ""
     commit_cell = (
-        f'<td title="{attr(commit)}">{_code(commit[:12])}</td>' if commit else "<td>-</td>"
+        f'<td title="{attr(commit)}">{code_span(commit[:12])}</td>' if commit else "<td>-</td>"
     )
     state = "changed" if box.changed else "unchanged"
     summary = text(box.summary)
@@ -106,7 +106,7 @@ def _since_row(index: int, box: SinceBox, gating: bool) -> str:
     else:
         gate = '<td class="muted">informational</td>'
     return head(state) + (
-        f"<td>{_code(box.reference)}</td>{commit_cell}"
+        f"<td>{code_span(box.reference)}</td>{commit_cell}"
         f'<td class="{"fail" if box.changed else "pass"}">{summary}</td>{gate}</tr>'
     )
 
@@ -114,10 +114,12 @@ def _since_row(index: int, box: SinceBox, gating: bool) -> str:
 def _since_box(index: int, box: SinceBox) -> str:
     """One compared box: the likely cause, then each kind of change as its own list."""
     changed = " changed" if box.changed else ""
-    commit = f" (commit {_code((box.reference_commit or '')[:12])})" if box.reference_commit else ""
+    commit = (
+        f" (commit {code_span((box.reference_commit or '')[:12])})" if box.reference_commit else ""
+    )
     out = [
         f'<div class="since-box{changed}" id="since-box-{index}" data-box="{attr(box.box)}">',
-        f"<h3>{_code(box.box)} since {_code(box.reference or '')}{commit}</h3>",
+        f"<h3>{code_span(box.box)} since {code_span(box.reference or '')}{commit}</h3>",
         f"<p>{text(box.summary)}</p>",
     ]
     if box.likely_cause:
@@ -129,9 +131,13 @@ def _since_box(index: int, box: SinceBox) -> str:
     moves = _collected_moves(dims["collection"].diff) if "collection" in dims else None
     vanished, appeared = moves or ([], [])
     fixed, other = _outcome_changes(dims.get("outcomes"), box.new_failures, vanished + appeared)
-    out += _kind("new-failures", "New failures", map(_code, box.new_failures))
-    out += _kind("vanished", "Tests that vanished", map(_code, vanished), "collected then, not now")
-    out += _kind("appeared", "Tests that appeared", map(_code, appeared), "collected now, not then")
+    out += _kind("new-failures", "New failures", map(code_span, box.new_failures))
+    out += _kind(
+        "vanished", "Tests that vanished", map(code_span, vanished), "collected then, not now"
+    )
+    out += _kind(
+        "appeared", "Tests that appeared", map(code_span, appeared), "collected now, not then"
+    )
     out += _kind("fixed", "No longer failing", fixed)
     out += _kind("outcomes", "Other outcome changes", other, "then → now")
     fixtures = dims.get("fixtures")
@@ -167,14 +173,14 @@ def _kind(key: str, heading: str, items: Iterable[str], hint: str = "") -> list[
         f'<ul data-kind="{key}">',
         *(f"<li>{item}</li>" for item in shown[:MAX_HTML_ROWS]),
         "</ul>",
-        _more(len(shown) - MAX_HTML_ROWS, heading.lower()),
+        more_note(len(shown) - MAX_HTML_ROWS, heading.lower()),
     ]
 
 
 def _collected_moves(diff: str) -> tuple[list[str], list[str]] | None:
     """(vanished, appeared) from the `collected` part of the collection diff (temporal.py diffs
     before/collected against now/collected), or None when the collected sets are the same."""
-    lines = _diff_lines(diff)
+    lines = id_diff_lines(diff)
     header = (f"--- {_BEFORE}/collected", f"+++ {_NOW}/collected")
     section, found = "", False
     vanished: list[str] = []
@@ -210,7 +216,7 @@ def _outcome_changes(
         if row.item in said:
             continue
         then, now = row.values.get(_BEFORE, _NOT_RUN), row.values.get(_NOW, _NOT_RUN)
-        shown = f"{_code(row.item)}: {text(then)} → {text(now)}"
+        shown = f"{code_span(row.item)}: {text(then)} → {text(now)}"
         if then.startswith(_BAD) and not now.startswith(_BAD) and now != _NOT_RUN:
             fixed.append(shown)
         else:

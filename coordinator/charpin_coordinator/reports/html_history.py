@@ -1,4 +1,4 @@
-"""Coordinator side; imports the history's read API and html_report: the run history database as drift.html's trend and flaky sections (plain data). Never raises: no history, no sections."""
+"""Coordinator side; imports the history's read API and html_trend: the run history database as drift.html's trend and flaky sections (plain data). Never raises: no history, no sections."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 from charpin_runner.errors import CharpinError
 
-from charpin_coordinator.html_report import FlakyTest, TrendPoint, box_change, box_clean
 from charpin_coordinator.report import BoxSummary, DriftReport, Repeats
+from charpin_coordinator.reports.html_trend import FlakyTest, TrendPoint, box_change, box_clean
 
 TREND_RUNS = 30  # earlier runs per box in the trend
 FLAKY_CHECKED = 50  # failing tests of this run looked up in the history, per box
@@ -56,7 +56,8 @@ def history_sections(history: Path | None, report: DriftReport, run_id: str) -> 
 
 def _flaky(history: Path, report: DriftReport) -> list[FlakyTest]:
     """Each test that failed on a box in this run (its record or a repeat) and passed on the
-    same box and commit in another run or repeat, this run's own included. Counted as `ledger
+    same box and tree state (commit and uncommitted changes) in another run or repeat, this
+    run's own included. Counted as `ledger
     suggest` counts: each repeat is a run of its own (a flip within one night's repeats is flake
     evidence); frozen side runs are left out (run apart from the gated set, after it, and their
     "not run" is no outcome at all)."""
@@ -74,11 +75,15 @@ def _flaky(history: Path, report: DriftReport) -> list[FlakyTest]:
                 lines = []  # a test the history has never seen: this run's repeats still count
             else:
                 lines = [line for line in timeline.boxes if line.box == box.label]
+            # Runs of the same tree state only (commit and uncommitted changes): a failure an
+            # uncommitted edit explains is no evidence of flakiness.
             earlier = [
                 p.outcome
                 for line in lines
                 for p in line.points
-                if p.source == RUN and p.commit == box.commit and p.outcome in _COUNTED
+                if p.source == RUN
+                and (p.commit, p.tree_state) == (box.commit, box.tree_state)
+                and p.outcome in _COUNTED
             ]
             outcomes = [*tonight, *earlier]
             failed = sum(1 for outcome in outcomes if outcome in _FAILING)

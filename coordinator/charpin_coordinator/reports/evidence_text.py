@@ -1,6 +1,6 @@
-"""Coordinator side. The report's evidence-only sections (Repeats, frozen re-runs) as text and
-Markdown lines, for render.py. Pure functions over a report whose strings render.py has already
-escaped; Markdown escaping is render.py's own, passed in (it imports this module)."""
+"""Coordinator side; imports msgspec and report.py. The report's evidence-only sections (Repeats,
+frozen re-runs) as text and Markdown lines, for text.py and markdown.py. Pure functions over a
+report whose strings escape.displayable has already escaped; Markdown escaping is passed in."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def text_lines(report: DriftReport) -> list[str]:
     frozen = report.frozen_reruns
     if not isinstance(frozen, msgspec.UnsetType):
         out += ["", f"frozen tests re-run ({FROZEN_TITLE})"]
-        for side, same in _folded(frozen.boxes):
+        for side, same in folded(frozen.boxes):
             out.append(f"  {_where(side)}: {_verdict(side)}")
             if side.repeat == 1 or not side.clean:
                 rows = list(side.outcomes.items())
@@ -43,7 +43,7 @@ def text_lines(report: DriftReport) -> list[str]:
                 if len(rows) > MAX_ROWS:
                     out.append(f"    ... {len(rows) - MAX_ROWS} more in drift.json")
             if same:
-                out.append(f"  {side.box}, {_repeats(same)}: the same as repeat {side.repeat}")
+                out.append(f"  {side.box}, {repeats_said(same)}: the same as repeat {side.repeat}")
         out += [f"  {line}" for line in frozen.absent]
         if not frozen.boxes and not frozen.absent:
             out.append("  no box gave a receipt")
@@ -78,7 +78,7 @@ def markdown_lines(report: DriftReport, md: Escape, code: Callable[..., str]) ->
     frozen = report.frozen_reruns
     if not isinstance(frozen, msgspec.UnsetType):
         out += ["", "### Frozen tests re-run (outside the gate)", "", f"*{FROZEN_TITLE}.*", ""]
-        for side, same in _folded(frozen.boxes):
+        for side, same in folded(frozen.boxes):
             where = code(side.box) + (f", repeat {side.repeat}" if side.repeat > 1 else "")
             verdict = "**clean**" if side.clean else "**not clean**"
             out.append(f"- {where}: {verdict} {md(_details(side))}")
@@ -87,7 +87,7 @@ def markdown_lines(report: DriftReport, md: Escape, code: Callable[..., str]) ->
                 out += [f"  - {code(nodeid)}: {md(outcome)}" for nodeid, outcome in rows]
             if same:
                 out.append(
-                    f"- {code(side.box)}, {_repeats(same)}: the same as repeat {side.repeat}"
+                    f"- {code(side.box)}, {repeats_said(same)}: the same as repeat {side.repeat}"
                 )
         out += [f"- {md(line)}" for line in frozen.absent]
     return out
@@ -111,7 +111,7 @@ def _box_summary(box: RepeatBox, count: int) -> str:
     return f"{box.evaluated} of {count} repeats evaluated · {differ}"
 
 
-def _folded(boxes: list[FrozenRerunBox]) -> list[tuple[FrozenRerunBox, list[int]]]:
+def folded(boxes: list[FrozenRerunBox]) -> list[tuple[FrozenRerunBox, list[int]]]:
     """Each side run shown, with the later repeats of its box that ended exactly the same way
     (ten identical side runs of --repeat 10 are one entry, not ten)."""
     out: list[tuple[FrozenRerunBox, list[int]]] = []
@@ -133,7 +133,7 @@ def _same(a: FrozenRerunBox, b: FrozenRerunBox) -> bool:
     )
 
 
-def _repeats(numbers: list[int]) -> str:
+def repeats_said(numbers: list[int]) -> str:
     if len(numbers) == 1:
         return f"repeat {numbers[0]}"
     if numbers == list(range(numbers[0], numbers[-1] + 1)):

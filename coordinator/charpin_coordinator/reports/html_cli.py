@@ -19,8 +19,8 @@ import msgspec
 from charpin_runner.errors import UsageError
 from charpin_runner.receipt import write_atomic
 
-from charpin_coordinator.html_report import IndexedRun, render_index
 from charpin_coordinator.report import DriftReport
+from charpin_coordinator.reports.html_index import IndexedRun, render_index
 
 MAX_DRIFT_JSON = 256 * 1024 * 1024
 _RUN_ID_TIME = re.compile(r"^(\d{8}T\d{6}Z)")

@@ -1,0 +1,2 @@
+  $ printf foo
+  foo (no-eol)
