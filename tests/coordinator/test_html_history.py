@@ -44,6 +44,8 @@ def _run(repo: Path, runs: Path, run_id: str, *extra: str) -> subprocess.Complet
     env["XDG_CACHE_HOME"] = str(runs.parent / "cache")
     argv = [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo)]
     argv += ["--hosts", "local", "--out", str(runs), "--run-id", run_id, "-q", *extra]
+    # The counter lives outside the checkout, which the sandbox's view hides (rule 2).
+    argv += ["--sandbox", "off"]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
