@@ -104,7 +104,8 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
     run = run_tests(request, ledger, stop, guard)
     # An interrupted run winds down: the receipt is written, pins are not replayed. Pins run
     # before the after-measurements, so whatever a pin target leaves behind is measured too.
-    pins, reasons = _replay_pins(request, guard, skip=stop.requested)
+    pin_lines: dict[str, set[int]] = {}
+    pins, reasons = _replay_pins(request, guard, skip=stop.requested, lines=pin_lines)
     if request.kill_adopted:
         # A pin target's double-forked daemon was re-parented to us: it dies before we measure.
         kill_adopted()
@@ -165,7 +166,7 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         ),
         subtests={k: v for k, v in sorted(run.probe.subtests.items()) if k in run.probe.outcomes},
         frozen_rerun=side,
-        tracing=_tracing(request, run.probe),
+        tracing=_tracing(request, run.probe, pin_lines),
         differential=compared,
     )
     # Test ids, conftest paths and notes come from the child and may carry undecodable bytes
@@ -185,8 +186,11 @@ def _differential(request: Request, guard: sandbox_mod.Guard) -> Differential:
     return replay.run(request.repo, job, sandbox_mod.again(guard), python, env)
 
 
-def _tracing(request: Request, probe: ProbeData) -> Tracing | None:
-    """What the probe traced of the files verify asked about, calls numbered per function."""
+def _tracing(
+    request: Request, probe: ProbeData, pin_lines: dict[str, set[int]]
+) -> Tracing | None:
+    """What the probe traced of the files verify asked about, calls numbered per function,
+    with the lines the pins ran."""
     if not request.cover and not request.capture:
         return None
     numbered: dict[str, int] = {}
@@ -195,8 +199,9 @@ def _tracing(request: Request, probe: ProbeData) -> Tracing | None:
         numbered[function] = numbered.get(function, 0) + 1
         calls.append(CapturedCall(f"{function}#{numbered[function]}", function, test, args))
     untraced = probe.untraced or ("" if probe.started else "the probe did not start")
+    every = set(request.cover) | set(probe.lines) | set(pin_lines)
     return Tracing(
-        lines={p: probe.lines.get(p, []) for p in sorted(set(request.cover) | set(probe.lines))},
+        lines={p: sorted(set(probe.lines.get(p, [])) | pin_lines.get(p, set())) for p in sorted(every)},
         calls=calls,
         dropped=probe.not_kept,
         unavailable=untraced,
@@ -309,7 +314,11 @@ def _with_notes(ended: Exit, notes: list[str]) -> Exit:
     return replace(ended, reasons=list(ended.reasons) + notes) if notes else ended
 
 
-def _replay_pins(request: Request, guard: sandbox_mod.Guard, skip: bool) -> tuple[Pins, list[str]]:
+def _replay_pins(
+    request: Request, guard: sandbox_mod.Guard, skip: bool, lines: dict[str, set[int]]
+) -> tuple[Pins, list[str]]:
+    """The pins replayed in the tests' sandbox; lines gets the lines of request.cover that
+    the Python pins ran (the pins are evidence of change coverage too)."""
     none = Pins(source=None, replayed=False, results=[])
     if skip or not request.replay_pins:
         return none, []
@@ -326,7 +335,12 @@ def _replay_pins(request: Request, guard: sandbox_mod.Guard, skip: bool) -> tupl
 
     try:
         pins = replay_for_receipt(
-            request.repo, request.config, adopt=request.kill_adopted, wrap=wrap
+            request.repo,
+            request.config,
+            adopt=request.kill_adopted,
+            wrap=wrap,
+            cover=request.cover,
+            lines=lines,
         )
         return pins, []
     except CharpinError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from charpin_runner.colors import add_color_option, paint, wanted
-from charpin_runner.errors import EXIT_CLEAN, UsageError
+from charpin_runner.errors import EXIT_CLEAN, EXIT_DRIFT, UsageError
 
 from charpin_coordinator.gitcmd import repo_root
 from charpin_coordinator.history import hooks as history_hooks
@@ -39,6 +39,12 @@ def add_parsers(sub: Any) -> None:
         "--patch", metavar="FILE", help="the patch: a diff or format-patch file, - for stdin"
     )
     given.add_argument("--patched", metavar="REV", help="or the agent's branch or commit")
+    given.add_argument(
+        "--replay",
+        metavar="CALL-ID",
+        help="or repeat one finding of an earlier verify here (a call id it printed, e.g. "
+        "pricing.py::discount#1; --run-id picks the verify, default the newest that has it)",
+    )
     add("--base", metavar="REV", help="the base (default: a format-patch's base-commit, else HEAD)")
     add("--hosts", default="clean", metavar="A,B", help="boxes (default clean; not local)")
     add(
@@ -57,6 +63,12 @@ def add_parsers(sub: Any) -> None:
         metavar="FILE",
         help="also write the report as Markdown to FILE; `-` or no FILE prints it instead of "
         "the text report, as `run --markdown` and `compare --markdown` do",
+    )
+    add(
+        "--python",
+        metavar="PATH",
+        default=sys.executable,
+        help="--replay: the interpreter with the project's dependencies (default: this one)",
     )
     add_color_option(verify)
     add("--junit", type=Path, metavar="FILE", help="also write JUnit XML")
@@ -103,6 +115,8 @@ def run_verify(args: argparse.Namespace) -> int:
     from charpin_coordinator.verify.pipeline import VerifyOptions, encode, verify
     from charpin_coordinator.verify.render import render_junit, render_markdown, render_text
 
+    if args.replay:
+        return _replay(args)
     if args.max_changed < 0:
         raise UsageError(f"--max-changed {args.max_changed} must be 0 or more")
     if args.jobs < 1:
@@ -166,6 +180,34 @@ def run_verify(args: argparse.Namespace) -> int:
 
     code = result.exit_code | warn_disposals([result.base_run, result.patched_run])
     return code | history_hooks.record_after(history, [result.folder], repo=repo)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """`verify --replay CALL-ID`: the call on both versions again, here; exit 2 when they still
+    answer differently, 0 when they agree here (the finding did not reproduce)."""
+    from charpin_coordinator.remote.output import shown_path
+    from charpin_coordinator.verify import replaycall
+
+    repo = repo_root(args.repo)
+    verify_dir = (args.out or repo / ".charpin" / "verify").absolute()
+    folder = replaycall.find_folder(verify_dir, args.replay, args.run_id)
+    done = replaycall.repeat(repo, folder, args.replay, args.python, args.sandbox)
+    found = done.result
+    lines = [
+        f"{found.id}  {found.call or found.function}",
+        f"  called from  {found.test or '(unknown)'}",
+        f"  base         {found.base or '-'}",
+        f"  patched      {found.patched or found.base or '-'}",
+        f"  verdict      {found.verdict}" + (f" ({found.why})" if found.why else ""),
+    ]
+    if found.perturbation:
+        lines.append(f"  under        {found.perturbation}")
+    lines.append(f"  hash seed    {done.seed} · verify folder {shown_path(folder)}")
+    if done.test:
+        lines += ["", "keep the case as a test (the base's answer):", ""]
+        lines += [f"    {line}" if line else "" for line in done.test.splitlines()]
+    print("\n".join(lines))
+    return EXIT_DRIFT if found.verdict == "differs" else EXIT_CLEAN
 
 
 def run_verify_bundle(args: argparse.Namespace) -> int:

@@ -222,11 +222,13 @@ def beyond_asserts(
     same = [r for r in compared.replayed if r.verdict == "same"] if compared else []
     skipped = len(compared.replayed) - len(same) if compared else 0
     parts = [pins.detail]
-    if compared is not None:
+    if compared is not None and (same or skipped):
         part = f"{len(same)} captured call(s) answer the same on both versions"
         if skipped:
             part += f" ({skipped} not compared)"
         parts.append(part)
+    elif compared is not None:
+        parts.append("no captured call to compare")
     parts.append("every changed line ran")
     return _gate("Behaviour", label, "PASS", "; ".join(parts)), seen
 

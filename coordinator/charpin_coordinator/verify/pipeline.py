@@ -183,6 +183,8 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     if reused is not None:
         report = msgspec.structs.replace(report, base_from=reused[0])
     write_atomic(folder / "patch.diff", made.patch)
+    if patched_options.differential:  # what `verify --replay CALL-ID` repeats
+        write_atomic(folder / "differential.json", patched_options.differential)
     write_atomic(folder / "verify.json", encode(report))
     if reused is None and not base_run.interrupted:  # a reused base stays where it was kept
         accepted = {
@@ -410,7 +412,9 @@ def encode(report: VerifyReport) -> bytes:
 
 def _patched(options: VerifyOptions) -> patch.Patched:
     if (options.patch is None) == (options.patched_rev is None):
-        raise UsageError("verify needs exactly one of --patch FILE|- and --patched REV")
+        raise UsageError(
+            "verify needs exactly one of --patch FILE|-, --patched REV and --replay CALL-ID"
+        )
     if options.patch is not None:
         return patch.from_patch(options.repo, options.patch, options.base_rev)
     return patch.from_rev(options.repo, str(options.patched_rev), options.base_rev)

@@ -26,6 +26,9 @@ from __future__ import annotations
 ENV_VAR = "CHARPIN_ENV_READS"
 # The pins' pythonpath folders, for the bootstrap to put on sys.path once it has started.
 PATH_VAR = "CHARPIN_PINS_PATH"
+# verify's change coverage (#19): JSON {"out": FILE, "files": {real path: repository path}};
+# the bootstrap records which lines of those files ran and writes them to FILE at exit.
+TRACE_VAR = "CHARPIN_TRACE_LINES"
 
 BOOTSTRAP = r"""
 import os, sys
@@ -36,6 +39,67 @@ _pins_path = os.environ.pop("CHARPIN_PINS_PATH", None)
 import atexit
 if sys.argv[1:2] == ["-m"]:
     import runpy
+_trace = os.environ.pop("CHARPIN_TRACE_LINES", None)
+if _trace is not None:
+    import json as _json
+    import threading as _threading
+
+    def _start_lines(spec):
+        files, lines, seen = spec["files"], {}, {}
+
+        def wanted(name):
+            if name not in seen:
+                real = os.path.realpath(name) if name and not name.startswith("<") else ""
+                seen[name] = files.get(real)
+            return seen[name]
+
+        def write():
+            try:
+                with open(spec["out"], "w", encoding="utf-8") as handle:
+                    _json.dump({k: sorted(v) for k, v in lines.items()}, handle)
+            except OSError:
+                pass
+
+        # Registered first, so it runs last: lines other exit handlers run count too.
+        atexit.register(write)
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is not None and monitoring.get_tool(4) is None:
+            events = monitoring.events
+            monitoring.use_tool_id(4, "charpin")
+
+            def started(code, offset):
+                if wanted(code.co_filename) is None:
+                    return monitoring.DISABLE
+                monitoring.set_local_events(4, code, events.LINE)
+
+            def line(code, number):
+                rel = wanted(code.co_filename)
+                if rel is not None:
+                    lines.setdefault(rel, set()).add(number)
+
+            monitoring.register_callback(4, events.PY_START, started)
+            monitoring.register_callback(4, events.LINE, line)
+            monitoring.set_events(4, events.PY_START)
+            return
+
+        def called(frame, event, arg):
+            rel = wanted(frame.f_code.co_filename)
+            if event != "call" or rel is None:
+                return None
+            mine = lines.setdefault(rel, set())
+            mine.add(frame.f_lineno)
+
+            def local(frame, event, arg):
+                if event == "line":
+                    mine.add(frame.f_lineno)
+                return local
+
+            return local
+
+        _threading.settrace(called)
+        sys.settrace(called)
+
+    _start_lines(_json.loads(_trace))
 if _pins_path is not None:
     # The pins' pythonpath, where PYTHONPATH would put it, but only now: at interpreter start
     # nothing of the checkout ran (no sitecustomize.py of its folders). Children get it too.

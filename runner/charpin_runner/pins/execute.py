@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import selectors
 import shutil
@@ -36,7 +37,7 @@ from charpin_runner.config import PinsConfig
 from charpin_runner.errors import RunError
 from charpin_runner.inventory.scripts import find_scripts
 from charpin_runner.pins import reaper
-from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR, PATH_VAR
+from charpin_runner.pins.bootstrap import BOOTSTRAP, ENV_VAR, PATH_VAR, TRACE_VAR
 from charpin_runner.pins.model import Case, Observation, OutFile
 from charpin_runner.pins.normalise import Places, compile_rules, normalise_all
 from charpin_runner.pins.targets import Start, pythonpath_dirs, start
@@ -161,6 +162,21 @@ class Session:
         # How the supervisor's command line is wrapped, given the folder the pins write in
         # (`charpin receipt` puts pins in the tests' bubblewrap sandbox); None: as it is.
         self.wrap: Optional[Callable[[list[str], str], list[str]]] = None
+        # verify's change coverage (#19): repository files whose lines the Python targets
+        # record, and the lines that ran in any pin (merged under the lock).
+        self.cover: dict[str, str] = {}  # real path -> repository path
+        self.lines: dict[str, set[int]] = {}
+        self._lines_lock = threading.Lock()
+
+    def trace(self, paths: list[str]) -> None:
+        """Record which lines of these repository files run in every Python pin."""
+        self.cover = {os.path.realpath(self.repo / p): p for p in paths}
+
+    def ran(self, found: dict[str, list[int]]) -> None:
+        with self._lines_lock:
+            for path, numbers in found.items():
+                if path in self.cover.values():
+                    self.lines.setdefault(path, set()).update(int(n) for n in numbers)
 
     def discard(self, sandbox: Path) -> None:
         """Remove a sandbox with a uniquely made name in the background."""
@@ -358,6 +374,8 @@ class _Launch:
     umask: int
     skip: frozenset[str]
     before: Signature
+    # Where the bootstrap writes the lines that ran (verify's change coverage), or None.
+    lines: Optional[Path] = None
 
 
 def _prepare(
@@ -400,16 +418,22 @@ def _prepare(
         env["PYTHONPATH"] = os.pathsep.join([*session.pythonpath, *given])
     if records_env:
         env[ENV_VAR] = str(side)
+    # Named at random: the target cannot guess where its coverage goes (the bootstrap writes it
+    # last, at exit, over anything there).
+    lines = sandbox / f"lines-{os.urandom(8).hex()}.json"
+    if records_env and session.cover:
+        env[TRACE_VAR] = json.dumps({"out": str(lines), "files": session.cover})
     umask = perturbation.umask if perturbation and perturbation.umask is not None else DEFAULT_UMASK
     # The whole sandbox is watched (work, HOME, TMPDIR, and anything a target makes next to
     # them with ../), except the output folder and the bootstrap's own env-reads file.
-    skip = frozenset({str(out_dir), str(side)})
+    skip = frozenset({str(out_dir), str(side), str(lines)})
     return _Launch(
         sandbox=sandbox,
         work=work,
         cwd=cwd,
         out_dir=out_dir,
         env_reads=side if records_env else None,
+        lines=lines if records_env and session.cover else None,
         argv=argv,
         executable=how.executable,
         env=env,
@@ -433,6 +457,14 @@ def _observe(session: Session, launch: _Launch, ended: _Ended, config: PinsConfi
         if before.get(p) != after.get(p) and p not in parents
     )
     outputs, files_over = _outputs(launch.out_dir, FILES_LIMIT)
+    traced = launch.lines
+    if traced is not None and traced.is_file():
+        try:
+            found = json.loads(traced.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            found = {}
+        if isinstance(found, dict):
+            session.ran(found)
     env_read: Optional[list[str]] = None
     if launch.env_reads is not None and launch.env_reads.is_file():
         text = launch.env_reads.read_text(encoding="utf-8")

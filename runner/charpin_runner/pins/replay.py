@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -180,11 +181,14 @@ def replay_for_receipt(
     config: CharpinConfig,
     adopt: bool = False,
     wrap: Optional[Callable[[list[str], str], list[str]]] = None,
+    cover: Sequence[str] = (),
+    lines: Optional[dict[str, set[int]]] = None,
 ) -> Pins:
     """Replay a repository's pins for `charpin receipt`; Pins(None, False, []) when it has none.
 
     adopt=True only for a CLI process that runs nothing else: see execute.reaping(). wrap:
-    how each pin's supervisor is started (the tests' sandbox)."""
+    how each pin's supervisor is started (the tests' sandbox). cover: repository files whose
+    executed lines the Python pins record, merged into lines (verify's change coverage)."""
     pins_config = config.pins
     pin_set = load_pins(repo, pins_config)
     if not pin_set.all:
@@ -195,7 +199,12 @@ def replay_for_receipt(
             stack.enter_context(reaping())
         session = stack.enter_context(Session(repo, pins_config))
         session.wrap = wrap
+        if cover:
+            session.trace(list(cover))
         outcomes = replay(session, pin_set.all, jobs_for(pins_config, None))
+        if lines is not None:
+            for path, numbers in session.lines.items():
+                lines.setdefault(path, set()).update(numbers)
     results = []
     kept = 0  # failing pins whose actual outputs the receipt carries
     for outcome in outcomes:
