@@ -6,7 +6,9 @@ frozen in 2100, the C locale); the judged run says which changed lines ran."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +223,104 @@ def test_a_function_returning_what_cannot_be_compared_is_reported_not_compared(
     assert "cannot be compared" in why and "generator" in why
     gate, _ = behaviour(report)
     assert "not compared" in gate["detail"] or report["verdict"] != "ACCEPT"
+
+
+def test_replay_repeats_a_finding_here_and_prints_a_test_that_keeps_the_case(
+    shop: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, report, run_id = verify(shop, edited(shop, "return amount * RATE", "return amount * 0.85"))
+    assert report["verdict"] == "REJECT"
+    capsys.readouterr()
+    argv = ["verify", "--repo", str(shop), "--out", str(shop.parent / "verify")]
+    code = main([*argv, "--replay", "pricing.py::discount#1"])
+    out = capsys.readouterr().out
+    assert code == EXIT_DRIFT  # the two versions still answer differently
+    assert "discount(150)" in out and "returned 135.0" in out and "returned 127.5" in out
+    assert f"verify folder {shop.parent / 'verify' / run_id}".split()[-1] in out
+    test = out.split("keep the case as a test (the base's answer):", 1)[1]
+    kept = "\n".join(line[4:] for line in test.splitlines())
+    assert "assert discount(150) == 135.0" in kept
+    # The test it prints is a real one: green on the base, red on the patched code.
+    (shop / "tests" / "test_kept.py").write_text(kept)
+    base = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_kept.py"],
+        cwd=shop,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(shop)},
+    )
+    assert base.returncode == 0, base.stdout
+    (shop / "pricing.py").write_text(PRICING.replace("return amount * RATE", "return amount * 0.85"))
+    patched = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_kept.py"],
+        cwd=shop,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(shop)},
+    )
+    assert patched.returncode == 1 and "127.5" in patched.stdout
+
+
+def test_replay_of_an_unknown_call_is_one_line_naming_the_fix(
+    shop: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    code = main(["verify", "--repo", str(shop), "--replay", "pricing.py::discount#9"])
+    err = capsys.readouterr().err
+    assert code == 64
+    [line] = err.splitlines()
+    assert "pricing.py::discount#9" in line and "--run-id" in line
+
+
+TOOL = """import sys
+
+
+def shout(word):
+    return word.upper() + "!"
+
+
+def main():
+    print(shout(sys.argv[1] if len(sys.argv) > 1 else "hi"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_change_only_a_pin_reaches_counts_as_reached(tmp_path: Path) -> None:
+    """The pins are evidence of change coverage too: their Python targets record the lines they
+    run. A refactor only a pin reaches is accepted; without the pin it would be INCOMPLETE."""
+    repo = make_repo(
+        tmp_path / "tool",
+        {
+            "tool.py": TOOL,
+            "tests/test_other.py": "def test_nothing():\n    assert True\n",
+            "pyproject.toml": '[project]\nname = "tool"\nversion = "0"\n',
+        },
+    )
+    recorded = subprocess.run(
+        [sys.executable, "-m", "charpin_runner", "pins", "record", "--id", "shout"]
+        + ["--", "tool.py", "hello"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": RUNNER_PATH},
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "pins")
+    honest = TOOL.replace('return word.upper() + "!"', 'return (word + "!").upper()')
+    (repo / "tool.py").write_text(honest)
+    diff = subprocess.run(["git", "-C", str(repo), "diff"], capture_output=True, check=True).stdout
+    git(repo, "checkout", "-q", "--", "tool.py")
+    code, report, _ = verify(repo, diff)
+    assert report["verdict"] == "ACCEPT", report["gates"]
+    gate, _ = behaviour(report)
+    assert "every changed line ran" in gate["detail"] and "1 pin(s)" in gate["detail"]
+    # The same change with the pin gone: nothing reaches it.
+    git(repo, "rm", "-q", "pins.jsonl")
+    git(repo, "commit", "-q", "-m", "no pins")
+    _, report, _ = verify(repo, diff)
+    assert report["verdict"] == "INCOMPLETE"
+    assert behaviour(report)[1][0]["item"] == "tool.py:shout"
