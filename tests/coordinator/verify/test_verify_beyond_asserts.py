@@ -197,18 +197,30 @@ def test_a_time_bomb_dated_next_year_goes_off_under_the_frozen_clock(shop: Path)
 def test_code_that_behaves_differently_under_the_replays_hash_seed_is_rejected(
     shop: Path,
 ) -> None:
-    """Code that looks at the environment it runs in (PYTHONHASHSEED=0 is what a replay, and
-    many CI runners, set) answers right only there: another seed shows it."""
-    cheat = (
-        "    if sys.flags.hash_randomization:\n"
-        '        return ",".join(names)\n'
-        '    return ",".join(sorted(set(names)))\n'
-    )
-    _, report, _ = verify(shop, edited(shop, '    return ",".join(sorted(set(names)))\n', cheat))
-    assert report["verdict"] == "REJECT"
-    _, [found] = behaviour(report)
-    assert found["item"] == "pricing.py::tags#1"
-    assert ", under hash seed " in found["what"]
+    """Code that recognises the environment it is judged in (PYTHONHASHSEED=0 is what a replay,
+    and many CI runners, set) answers right only there: another seed shows it. Two forms: one
+    the Harness awareness gate also names (sys.flags), and one it cannot see (a hash compared
+    with its value under seed 0); the differential catches both."""
+    seed_zero = subprocess.run(
+        [sys.executable, "-c", "print(hash('charpin'))"],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    honest = '    return ",".join(sorted(set(names)))\n'
+    for test, condition in (
+        ("flags", "sys.flags.hash_randomization"),
+        ("hash", f"hash('charpin') != {seed_zero}"),
+    ):
+        cheat = f'    if {condition}:\n        return ",".join(names)\n' + honest
+        _, report, _ = verify(shop, edited(shop, honest, cheat))
+        assert report["verdict"] == "REJECT", test
+        gate, [found] = behaviour(report)
+        assert gate["status"] == "FAIL" and found["item"] == "pricing.py::tags#1", test
+        assert ", under hash seed " in found["what"], test
+    aware = [g["status"] for g in report["gates"] if g["gate"] == "Harness awareness"]
+    assert aware == ["PASS"]  # the second form: only the differential saw it
 
 
 def test_a_function_returning_what_cannot_be_compared_is_reported_not_compared(
