@@ -91,7 +91,7 @@ def prepare(
         raise BoxStepError("unsupported-box", "git is not installed on the box; install git")
     root = cache_root(home)
     store = Store(root)
-    for sub in ("runners", "repos", "venvs", os.path.join("runs", run_id)):
+    for sub in ("runners", "repos", "venvs", "stage", "trash", os.path.join("runs", run_id)):
         (root / sub).mkdir(parents=True, exist_ok=True)
     # Leased before it exists: a collector never takes a live run's folder for a dead one's.
     leases = [store.lease_run(run_id, folder)]
