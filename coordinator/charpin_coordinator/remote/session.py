@@ -32,6 +32,9 @@ from charpin_coordinator.remote.transport import Channel, Finished, Transport
 _WAIT_SLICE = 0.25  # how often a waiting session looks at the stop event
 _FINISH_SECONDS = 10.0  # at most, for goodbye and the program's end; never past the deadline
 _CLEANUP_FLOOR = 1.0  # what goodbye and the end still get once the box's deadline has passed
+# Past the box's deadline, the most the coordinator still talks to its agent (the runner's
+# grace, fetch and clean) before the box's own watchdog ends it.
+_BOX_SLACK = 300.0
 
 BOOTSTRAP = r"""
 import fcntl, hashlib, json, os, shutil, stat, sys, time
@@ -213,7 +216,10 @@ class BoxSession:
     ) -> BoxSession:
         """Start the agent (through the bootstrap when runner is given) and wait until ready.
         deadline: the box's one deadline (time.monotonic()), which closing respects."""
-        session = cls(box, box.open(argv), python=python, deadline=deadline)
+        # The box ends the agent by itself a while after the deadline (when nobody is left to
+        # stop it); the coordinator's own clean-up after the deadline fits in that while.
+        watchdog = None if deadline is None else deadline - time.monotonic() + _BOX_SLACK
+        session = cls(box, box.open(argv, deadline=watchdog), python=python, deadline=deadline)
         try:
             header, _ = session._read(timeout, "starting the box agent")
             if header.get("need") and runner is not None:
