@@ -101,7 +101,15 @@ def install(
                     f"bundle sha256 {got} does not match the {bundle_sha256} that was sent; "
                     "the transfer was corrupted, run again"
                 )
-            _git(cache, *_FETCH, "fetch", "-q", str(bundle), f"{ref}:refs/charpin/{commit}")
+            try:
+                _git(cache, *_FETCH, "fetch", "-q", str(bundle), f"{ref}:refs/charpin/{commit}")
+            except IntegrityError as exc:
+                if not shallow:
+                    raise
+                raise IntegrityError(
+                    f"{exc}; the snapshot comes from a shallow clone: fetch its history "
+                    "(git fetch --unshallow, or fetch-depth: 0 for actions/checkout) and run again"
+                ) from None
             bundle.unlink()
         if trusted:
             store.record(kind, name, before, "fetch")

@@ -235,6 +235,7 @@ class _Pipeline:
             "commit": snap.commit,
             "ref": snapshot.BUNDLE_REF,
             "tree": snap.tree,
+            "shallow": list(snap.shallow),
         }
         got, _ = self._call(
             "install",
