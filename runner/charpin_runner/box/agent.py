@@ -285,7 +285,7 @@ class Agent:
                 store.discard(kind, name)
             elif store.condemned(kind, name):
                 store.remove(kind, name)
-        if self.cap is not None:
+        if self.cap is not None and where.cache_repo is not None:  # `local` keeps no caches
             try:
                 collect.collect(where.root, self.cap)
             except OSError:
