@@ -276,6 +276,8 @@ class Agent:
         files.remove(where, keep=self.keep, discard=[])
         if self.keep:
             collect.mark_kept(where.run)
+        else:
+            collect.forget_run(where.run)  # the lease file of a folder that is gone
         for fd in self.leases:
             locks.free(fd)
         self.leases = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import secrets
 import shutil
 import sys
 from dataclasses import dataclass
@@ -93,11 +94,9 @@ def prepare(
     store = Store(root)
     for sub in ("runners", "repos", "venvs", "stage", "trash", os.path.join("runs", run_id)):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    # Leased before it exists: a collector never takes a live run's folder for a dead one's.
-    leases = [store.lease_run(run_id, folder)]
+    run, lease = _run_folder(store, run_id, folder)
+    leases = [lease]
     try:
-        run = root / "runs" / run_id / folder
-        run.mkdir()  # a run folder is never reused
         if in_place:
             layout = Layout(root=root, run=run, src=Path(in_place), cache_repo=None)
         else:
@@ -123,6 +122,24 @@ def prepare(
         "haves": haves,
     }
     return layout, facts, leases
+
+
+def _run_folder(store: Store, run_id: str, folder: str) -> tuple[Path, int]:
+    """A new folder for this run, and its lease (taken before the folder exists, so that a
+    collector never takes a live run's folder for a dead one's). A run folder is never reused:
+    when runs/<run-id>/<box> exists (two runs with one --run-id on a shared box, or two verifies,
+    whose runs are all named base and patched), this run's folder gets a suffix of its own."""
+    name = folder
+    while True:
+        lease = store.lease_run(run_id, name)
+        run = store.root / "runs" / run_id / name
+        try:
+            # parents: another run of this id may just have removed the (empty) run-id folder
+            run.mkdir(parents=True)
+            return run, lease
+        except FileExistsError:
+            locks.free(lease)
+            name = f"{folder}~{secrets.token_hex(3)}"
 
 
 def _cache_repo(store: Store, name: str) -> tuple[str, int]:

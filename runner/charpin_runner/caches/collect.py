@@ -135,6 +135,16 @@ def mark_kept(run: Path) -> None:
     marker.touch()
 
 
+def forget_run(run: Path) -> None:
+    """Remove the lease file of a run folder that was just removed (its agent still holds the
+    lease: a collector that opens the path meanwhile gets a new file, and finds no folder)."""
+    root, run_id, folder = run.parent.parent.parent, run.parent.name, run.name
+    try:
+        os.unlink(Store(root).lock_file(RUNS, f"{run_id}+{folder}", "lease"))
+    except OSError:
+        pass
+
+
 def _plan(items: list[Item], cap: Cap, now: float) -> list[tuple[Item, str]]:
     free = [i for i in items if not i.in_use]
     chosen: dict[int, str] = {}
