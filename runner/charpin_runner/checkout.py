@@ -92,29 +92,17 @@ def install(
             _create(store, kind, name)
         trusted = store.current(kind, name)
         before = journal.state(cache)
-        _harden(cache, shallow)
-        if bundle is not None:
-            got = fixtures.hash_file(str(bundle))
-            if got != bundle_sha256:
-                bundle.unlink()
-                raise IntegrityError(
-                    f"bundle sha256 {got} does not match the {bundle_sha256} that was sent; "
-                    "the transfer was corrupted, run again"
-                )
-            try:
-                _git(cache, *_FETCH, "fetch", "-q", str(bundle), f"{ref}:refs/charpin/{commit}")
-            except IntegrityError as exc:
-                if not shallow:
-                    raise
-                raise IntegrityError(
-                    f"{exc}; the snapshot comes from a shallow clone: fetch its history "
-                    "(git fetch --unshallow, or fetch-depth: 0 for actions/checkout) and run again"
-                ) from None
-            bundle.unlink()
-        if trusted:
-            store.record(kind, name, before, "fetch")
-        else:
-            store.condemn(kind, name)
+        try:
+            _harden(cache, shallow)
+            if bundle is not None:
+                _fetch(cache, bundle, bundle_sha256, commit, ref, shallow)
+        finally:
+            # Whatever this run changed, even when the fetch failed half-way, is its own and
+            # journaled; a repository that had changed behind the journal is not used again.
+            if trusted:
+                store.record(kind, name, before, "fetch")
+            else:
+                store.condemn(kind, name)
     try:
         _checkout(cache, dest, commit)
         verify(dest, tree)
@@ -125,6 +113,28 @@ def install(
         "head": _git(dest, "rev-parse", "HEAD").strip(),
         "tree": _git(dest, "rev-parse", "HEAD^{tree}").strip(),
     }
+
+
+def _fetch(
+    cache: Path, bundle: Path, bundle_sha256: str, commit: str, ref: str, shallow: Sequence[str]
+) -> None:
+    got = fixtures.hash_file(str(bundle))
+    if got != bundle_sha256:
+        bundle.unlink()
+        raise IntegrityError(
+            f"bundle sha256 {got} does not match the {bundle_sha256} that was sent; "
+            "the transfer was corrupted, run again"
+        )
+    try:
+        _git(cache, *_FETCH, "fetch", "-q", str(bundle), f"{ref}:refs/charpin/{commit}")
+    except IntegrityError as exc:
+        if not shallow:
+            raise
+        raise IntegrityError(
+            f"{exc}; the snapshot comes from a shallow clone: fetch its history "
+            "(git fetch --unshallow, or fetch-depth: 0 for actions/checkout) and run again"
+        ) from None
+    bundle.unlink()
 
 
 def _create(store: Store, kind: str, name: str) -> None:

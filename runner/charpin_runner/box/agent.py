@@ -79,6 +79,8 @@ class Agent:
             return EXIT_CLEAN
 
     def _on_term(self, signum: int, frame: object) -> None:
+        if self.terminated:
+            return  # once: the clean-up it started must not be cut short by the next one
         self.terminated = True
         os.write(self._term_w, b"x")
         if not self._in_launch:
