@@ -1,7 +1,10 @@
-"""Load: four coordinators at once, each running `run` and `verify` several times against `clean`
-and two loopback sshd boxes that share one cache with it (#20). Four repositories, two
-dependency sets, a disk cap that makes the runs evict each other's venvs. Every result must
-equal the result of the same run alone; nothing is left running; the disk ends under the cap.
+"""Load: four coordinators at once, each running `run` and `verify` (two in one order, two in the
+other, so that runs and verifies overlap) against `clean` and two loopback sshd boxes that share
+one cache with it (#20). Four repositories (two clones of
+each of two projects, so that every result has one run alone to equal and the time stays
+bounded on 2 cores), two dependency sets, and a disk cap. Every result must equal the result of
+the same run alone; no finding comes from another run; nothing is left running; the disk ends
+under the cap.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import os
 import site
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,13 +30,13 @@ from tests.concurrency import (
     verify_argv,
     wait_all,
 )
-from tests.conftest import make_repo
+from tests.conftest import git, make_repo
 from tests.sshd import SshBox, SshdFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh]
 
 ROOT = Path(__file__).resolve().parents[2]
-CAP_MB = 40  # room for one venv (about 25 MB), not two: the runs evict each other's
+CAP_MB = 64  # room for both venvs (about 25 MB each), the repositories and the runner
 _OUTER = (
     "import site; open(site.getsitepackages()[0] + '/outer.pth', 'w')"
     f".write({site.getsitepackages()[0]!r})"
@@ -43,24 +47,23 @@ CALC_TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 
 REFACTOR = "def add(a, b):\n    total = a + b\n    return total\n"
 BREAKS = "def add(a, b):\n    return a - b\n"
 FAILING = "def test_known_bug():\n    assert 1 + 1 == 3\n"
+OPS = ("run", "verify")
+CLONES = 2  # coordinators per project, each from a clone of its own; the second in reverse
 
 
 @dataclass(frozen=True)
 class Workload:
-    """One repository, its dependency set and what its coordinator does, in order."""
+    """One project and its dependency set."""
 
     name: str
     setup: tuple[str, ...]
     patch: str  # calc.py as the agent's patch leaves it
-    ops: tuple[str, ...]
     failing: bool = False
 
 
 WORKLOADS = (
-    Workload("alpha", (), REFACTOR, ("run", "verify", "run")),
-    Workload("beta", (), BREAKS, ("run", "verify", "run"), failing=True),
-    Workload("gamma", (DEPS, "echo dependency set A"), REFACTOR, ("verify", "run", "verify")),
-    Workload("delta", (DEPS, "echo dependency set B"), REFACTOR, ("run", "verify", "run")),
+    Workload("alpha", (DEPS, "echo dependency set A"), REFACTOR),
+    Workload("beta", (DEPS, "echo dependency set B"), BREAKS, failing=True),
 )
 
 
@@ -90,15 +93,15 @@ def _repo(tmp_path: Path, work: Workload, boxes: list[SshBox]) -> tuple[Path, Pa
 
 
 def _coordinator(
-    tmp_path: Path, work: Workload, op: str, run_id: str, repo: Path, patch: Path, config: Path
+    tmp_path: Path, name: str, op: str, run_id: str, repo: Path, patch: Path, config: Path
 ) -> Coordinator:
-    out = tmp_path / "out" / work.name
+    out = tmp_path / "out" / name
     hosts = "clean,box1,box2"
     if op == "run":
         argv = run_argv(repo, hosts, out, run_id, ssh_config=config)
-        return Coordinator(f"{work.name}-{run_id}", argv, out / run_id / "drift.json")
+        return Coordinator(f"{name}-{run_id}", argv, out / run_id / "drift.json")
     argv = verify_argv(repo, hosts, patch, out, run_id, ssh_config=config)
-    return Coordinator(f"{work.name}-{run_id}", argv, out / run_id / "verify.json")
+    return Coordinator(f"{name}-{run_id}", argv, out / run_id / "verify.json")
 
 
 def _sequence(coordinators: list[Coordinator], env: dict[str, str], logs: Path) -> None:
@@ -142,8 +145,6 @@ def _working_in(folder: Path) -> list[str]:
 def test_four_coordinators_at_once_get_the_results_each_gets_alone(
     sshd_factory: SshdFactory, tmp_path: Path
 ) -> None:
-    import threading
-
     cache = tmp_path / "cache"
     shared = cache / "charpin" / "clean-box"  # the clean box's home: both sshd boxes use it too
     shared.mkdir(parents=True)
@@ -157,12 +158,12 @@ def test_four_coordinators_at_once_get_the_results_each_gets_alone(
     logs = tmp_path / "logs"
     repos = {w.name: _repo(tmp_path, w, boxes) for w in WORKLOADS}
 
-    # Alone: each distinct operation of each workload, one at a time.
+    # Alone: each operation of each project, one at a time.
     alone: dict[tuple[str, str], dict[str, Any]] = {}
     for work in WORKLOADS:
         repo, patch = repos[work.name]
-        for op in dict.fromkeys(work.ops):
-            one = _coordinator(tmp_path, work, op, f"alone-{op}", repo, patch, config)
+        for op in dict.fromkeys(OPS):
+            one = _coordinator(tmp_path, work.name, op, f"alone-{op}", repo, patch, config)
             one.start(env, logs).wait(600)
             alone[(work.name, op)] = one.report()
             assert not one.report()["not_evaluated"], findings(one.report())
@@ -176,34 +177,36 @@ def test_four_coordinators_at_once_get_the_results_each_gets_alone(
     assert gc.returncode == 0, gc.stdout + gc.stderr
     assert list((shared / ".cache" / "charpin" / "venvs").iterdir()) == []
 
-    # Together: four coordinators, each its workload's operations in order.
-    together: dict[str, list[tuple[str, Coordinator]]] = {}
+    # Together: four coordinators, two clones of each project, each its operations in order.
+    together: list[tuple[str, str, Coordinator]] = []
     threads = []
     for work in WORKLOADS:
-        repo, patch = repos[work.name]
-        steps = [
-            (op, _coordinator(tmp_path, work, op, f"together-{k}-{op}", repo, patch, config))
-            for k, op in enumerate(work.ops)
-        ]
-        together[work.name] = steps
-        thread = threading.Thread(target=_sequence, args=([c for _, c in steps], env, logs))
-        threads.append(thread)
+        origin, patch = repos[work.name]
+        for k in range(CLONES):
+            repo = tmp_path / f"{work.name}-clone{k}"
+            git(tmp_path, "clone", "-q", str(origin), str(repo))
+            name = f"{work.name}{k}"
+            ops = OPS if k % 2 == 0 else OPS[::-1]
+            steps = [
+                _coordinator(tmp_path, name, op, f"together-{n}-{op}", repo, patch, config)
+                for n, op in enumerate(ops)
+            ]
+            together += [(work.name, op, one) for op, one in zip(ops, steps, strict=True)]
+            threads.append(threading.Thread(target=_sequence, args=(steps, env, logs)))
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(900)
-    wait_all([c for steps in together.values() for _, c in steps], timeout=60)
+    wait_all([one for *_, one in together], timeout=60)
 
     wrong = {}
-    for work in WORKLOADS:
-        for op, one in together[work.name]:
-            got, want = summary(one.report()), summary(alone[(work.name, op)])
-            if got != want:
-                wrong[one.name] = {
-                    "together": findings(one.report()),
-                    "alone": findings(alone[(work.name, op)]),
-                    "log": one.output()[-1500:],
-                }
+    for project, op, one in together:
+        if summary(one.report()) != summary(alone[(project, op)]):
+            wrong[one.name] = {
+                "together": findings(one.report()),
+                "alone": findings(alone[(project, op)]),
+                "log": one.output()[-1500:],
+            }
     assert not wrong, json.dumps(wrong, indent=1)
     for (name, _), report in alone.items():
         assert not report["not_evaluated"], (name, report["not_evaluated"])
