@@ -23,7 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # How long any one rendezvous may take before the test gives up and says which one.
-RENDEZVOUS_SECONDS = 150.0
+RENDEZVOUS_SECONDS = 600.0
 
 # Code a box's test runs: arrive at ARRIVE (when the SYNC file exists), then wait for GO.
 # Formatted with sync, arrive and go paths. Stdlib only; never touches the clock.
@@ -160,7 +160,7 @@ class Coordinator:
             )
         return self
 
-    def wait(self, timeout: float = 300.0) -> int:
+    def wait(self, timeout: float = 1200.0) -> int:
         assert self.proc is not None
         try:
             self.code = self.proc.wait(timeout=timeout)
@@ -195,7 +195,7 @@ def run_argv(
     repo: Path, hosts: str, out: Path, run_id: str, *extra: str, ssh_config: Path | None = None
 ) -> list[str]:
     argv = ["run", "--repo", str(repo), "--hosts", hosts, "--out", str(out), "--run-id", run_id]
-    argv += ["--json", "-q", "--timeout", "150", *extra]
+    argv += ["--json", "-q", "--timeout", "900", *extra]
     if ssh_config is not None:
         argv += ["--ssh-config", str(ssh_config)]
     return argv
@@ -211,7 +211,7 @@ def verify_argv(
     ssh_config: Path | None = None,
 ) -> list[str]:
     argv = ["verify", "--repo", str(repo), "--hosts", hosts, "--patch", str(patch)]
-    argv += ["--out", str(out), "--run-id", run_id, "--json", "-q", "--timeout", "150", *extra]
+    argv += ["--out", str(out), "--run-id", run_id, "--json", "-q", "--timeout", "900", *extra]
     if ssh_config is not None:
         argv += ["--ssh-config", str(ssh_config)]
     return argv
@@ -259,6 +259,6 @@ def findings(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def wait_all(coordinators: Sequence[Coordinator], timeout: float = 300.0) -> None:
+def wait_all(coordinators: Sequence[Coordinator], timeout: float = 1200.0) -> None:
     for one in coordinators:
         one.wait(timeout)
