@@ -7,20 +7,27 @@ the tree id from the work tree itself (every file hashed as a git blob, with git
 attribute conversions; links and modes read from disk; trees built as git builds them) and
 the caller compares it with the tree id the coordinator computed from its own repository.
 
-Imports only charpin_runner.errors, charpin_runner.fixtures and charpin_runner.gitcmd (sealed,
-hardened git: the cache repository's config is rewritten by install before git reads it).
+Imports only charpin_runner.errors, charpin_runner.fixtures, charpin_runner.gitcmd (sealed,
+hardened git: the cache repository's config is rewritten by install before git reads it) and
+charpin_runner.caches (the cache repository is shared by concurrent runs).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from charpin_runner import fixtures, gitcmd
+from charpin_runner.caches import journal
+from charpin_runner.caches.store import Store, remove_tree, store_of
 from charpin_runner.errors import IntegrityError
+
+_HEX40 = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def worktree_tree(root: Path) -> str:
@@ -53,6 +60,9 @@ def worktree_tree(root: Path) -> str:
 
 
 _BARE_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
+# No automatic gc or maintenance in a cache repository: a detached `gc --auto` would write into
+# it after the fetch's publish lock is gone, where nobody journals it.
+_FETCH = ("-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "fetch.writeCommitGraph=false")
 
 
 def install(
@@ -63,45 +73,132 @@ def install(
     dest: Path,
     ref: str,
     tree: str,
+    shallow: Sequence[str] = (),
 ) -> dict[str, str]:
     """Box side of shipping: verify the bundle's sha256, fetch it into the cache repository,
     check commit out at dest and verify the files against tree. Returns HEAD and tree as the
-    checkout reports them. The cache repository outlives runs of untrusted tests, so its
-    config is rewritten and its alternates and attributes dropped before git reads it."""
-    if cache.is_dir():
-        (cache / "config").write_text(_BARE_CONFIG, encoding="utf-8")
-        for extra in ("objects/info/alternates", "info/attributes"):
-            if os.path.lexists(cache / extra):
-                os.unlink(cache / extra)
-    else:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
-        _git(None, "init", "-q", "--bare", str(tmp))
+    checkout reports them.
+
+    The cache repository is shared by concurrent runs (caches/store.py): it is created in the
+    staging folder and published by a rename, and every change to it (creation, hardening, the
+    fetch) happens under its publish lock and is journaled, so a concurrent run's cache watch
+    knows it for ours. It outlives runs of untrusted tests, so its config is rewritten and its
+    alternates and attributes dropped before git reads it; one that changed since its last
+    journal record is condemned (this run's checkout is still verified by its files). shallow:
+    the commits of a shallow source whose parents are not shipped (a depth-1 CI checkout)."""
+    store, kind, name = store_of(cache)
+    with store.publishing(kind, name):
+        if not os.path.lexists(cache):
+            _create(store, kind, name)
+        trusted = store.current(kind, name)
+        before = journal.state(cache)
         try:
-            os.rename(tmp, cache)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)  # another run created it first; keep theirs
-    if bundle is not None:
-        got = fixtures.hash_file(str(bundle))
-        if got != bundle_sha256:
-            bundle.unlink()
-            raise IntegrityError(
-                f"bundle sha256 {got} does not match the {bundle_sha256} that was sent; "
-                "the transfer was corrupted, run again"
-            )
-        _git(cache, "fetch", "-q", str(bundle), f"{ref}:refs/charpin/{commit}")
-        bundle.unlink()
-    _git(None, "clone", "-q", "--shared", "--no-checkout", str(cache), str(dest))
-    _git(dest, "checkout", "-q", "--detach", commit)
+            _harden(cache, shallow)
+            if bundle is not None:
+                _fetch(cache, bundle, bundle_sha256, commit, ref, shallow)
+        finally:
+            # Whatever this run changed, even when the fetch failed half-way, is its own and
+            # journaled; a repository that had changed behind the journal is not used again.
+            if trusted:
+                store.record(kind, name, before, "fetch")
+            else:
+                store.condemn(kind, name)
     try:
+        _checkout(cache, dest, commit)
         verify(dest, tree)
     except IntegrityError:
-        shutil.rmtree(cache, ignore_errors=True)  # the next run ships a full bundle
+        store.condemn(kind, name)  # the next run ships a full bundle into a fresh repository
         raise
     return {
         "head": _git(dest, "rev-parse", "HEAD").strip(),
         "tree": _git(dest, "rev-parse", "HEAD^{tree}").strip(),
     }
+
+
+def _fetch(
+    cache: Path, bundle: Path, bundle_sha256: str, commit: str, ref: str, shallow: Sequence[str]
+) -> None:
+    got = fixtures.hash_file(str(bundle))
+    if got != bundle_sha256:
+        bundle.unlink()
+        raise IntegrityError(
+            f"bundle sha256 {got} does not match the {bundle_sha256} that was sent; "
+            "the transfer was corrupted, run again"
+        )
+    try:
+        _git(cache, *_FETCH, "fetch", "-q", str(bundle), f"{ref}:refs/charpin/{commit}")
+    except IntegrityError as exc:
+        if not shallow:
+            raise
+        raise IntegrityError(
+            f"{exc}; the snapshot comes from a shallow clone: fetch its history "
+            "(git fetch --unshallow, or fetch-depth: 0 for actions/checkout) and run again"
+        ) from None
+    bundle.unlink()
+
+
+def _create(store: Store, kind: str, name: str) -> None:
+    """A new empty cache repository, made in the staging folder and published by a rename
+    (caller holds its publish lock)."""
+    stage = store.stage(f"{name}.init-{os.getpid()}")
+    remove_tree(stage)
+    stage.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _git(None, "init", "-q", "--bare", str(stage))
+        (stage / "config").write_text(_BARE_CONFIG, encoding="utf-8")
+        cache = store.entry(kind, name)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(stage, cache)
+        store.record(kind, name, journal.ABSENT, "create")
+    finally:
+        remove_tree(stage)
+
+
+def _harden(cache: Path, shallow: Sequence[str]) -> None:
+    """The repository's config as charpin writes it, no alternates, no attributes, and the
+    shallow boundary of what is shipped; each file written only when it differs (and by a
+    rename: a concurrent clone reads these files)."""
+    _write_if_changed(cache / "config", _BARE_CONFIG.encode())
+    for extra in ("objects/info/alternates", "info/attributes"):
+        if os.path.lexists(cache / extra):
+            os.unlink(cache / extra)
+    if shallow:
+        have = set(_lines(cache / "shallow"))
+        wanted = sorted(have | {s for s in shallow if _HEX40.fullmatch(s)})
+        _write_if_changed(cache / "shallow", "".join(f"{s}\n" for s in wanted).encode())
+
+
+def _checkout(cache: Path, dest: Path, commit: str) -> None:
+    """A fresh repository at dest borrowing the cache's objects, with commit checked out."""
+    if not (cache / "shallow").is_file():
+        _git(None, "clone", "-q", "--shared", "--no-checkout", str(cache), str(dest))
+    else:
+        # git clones a shallow repository over its transport (no --shared, and only branches):
+        # the same borrowing is set up by hand, with the shallow boundary copied.
+        _git(None, "init", "-q", str(dest))
+        info = dest / ".git" / "objects" / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "alternates").write_text(str(cache / "objects") + "\n", encoding="utf-8")
+        shutil.copyfile(cache / "shallow", dest / ".git" / "shallow")
+    _git(dest, "checkout", "-q", "--detach", commit)
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="ascii", errors="replace").split()
+    except OSError:
+        return []
 
 
 def _git(repo: Path | None, *args: str) -> str:

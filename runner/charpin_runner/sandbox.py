@@ -11,7 +11,8 @@ Two layers, because a box may or may not have bubblewrap:
   cannot be set back by an unprivileged process) of the protected paths before the run and
   compares it after; a change is evidence against the run, and a protected path the coordinator
   marked disposable (a cached venv, the cache repository) is removed so that no later run reads
-  it.
+  it. The box's cache folders are shared by concurrent runs: a change there counts against
+  this run only when its own processes could have made it (see _containers).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import charpin_runner
 from charpin_runner import sandview
+from charpin_runner.caches import journal
+from charpin_runner.caches.store import KINDS, Store
 from charpin_runner.errors import RunError, UsageError
 
 MODES = ("auto", "required", "off")
@@ -110,14 +114,16 @@ def begin(plan: Plan) -> Guard:
             "(apt-get install bubblewrap) or run with --sandbox auto"
         )
     roots, strict = _watched(plan)
-    return Guard(plan=plan, used=used, before=snapshot(roots, strict))
+    return Guard(plan=plan, used=used, before=snapshot(roots, strict, plan.containers))
 
 
 def again(guard: Guard) -> Guard:
     """A guard for a second command of the same run (the frozen tests' side run): the same
     decision about bwrap, a new before-snapshot, so finish() reports only what it changed."""
     roots, strict = _watched(guard.plan)
-    return Guard(plan=guard.plan, used=guard.used, before=snapshot(roots, strict))
+    return Guard(
+        plan=guard.plan, used=guard.used, before=snapshot(roots, strict, guard.plan.containers)
+    )
 
 
 def _watched(plan: Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -241,7 +247,7 @@ def protected_inside(writable: list[str]) -> list[str]:
 def finish(guard: Guard) -> list[str]:
     """After the run: one reason per protected path that changed; disposable ones removed."""
     roots, strict = _watched(guard.plan)
-    after = snapshot(roots, strict)
+    after = snapshot(roots, strict, guard.plan.containers)
     reasons = _containers(guard, after)
     changed = [
         root
@@ -297,7 +303,15 @@ def _inside(path: str, folders: tuple[str, ...]) -> bool:
 
 
 def _containers(guard: Guard, after: dict[str, tuple[int, ...]]) -> list[str]:
-    """Per cache folder: each entry the run changed or added is removed, with a reason."""
+    """Per cache folder: each entry this run's processes could have changed, and did, with a
+    reason; the entry is then discarded (removed, or condemned while another run uses it).
+
+    A box's caches are shared by concurrent runs, so a change is this run's only when its own
+    processes could have made it and no journaled publication explains it: under bubblewrap an
+    entry the tests see read-only is never theirs; otherwise the entry's publication journal
+    (caches/journal.py) must hold a chain of records from the state seen before the tests to
+    the state seen after, each written under the entry's lock by whoever published, fetched
+    into or removed it."""
     reasons = []
     for root in guard.plan.containers:
         old, new = before_of(guard.before, root), before_of(after, root)
@@ -312,17 +326,62 @@ def _containers(guard: Guard, after: dict[str, tuple[int, ...]]) -> list[str]:
                 if p != root and old[p] != new[p]
             }
         )
+        store = _store_of(root)
         for name in entries:
             path = os.path.join(root, name)
+            if guard.used and not _writable_by_tests(guard.plan, path):
+                continue  # read-only to the tests: another run published or removed it
+            if store is not None and _journaled(store, root, name, guard.before, after):
+                continue
             what = _first_difference(guard.before, after, path)
-            _discard(path)
+            if store is None:
+                _discard(path)
+                fate = "it was removed, so the next run rebuilds it"
+            elif store.discard(os.path.basename(root), name) == "removed":
+                fate = "it was removed, so the next run rebuilds it"
+            else:
+                fate = (
+                    "another run still uses it, so it is condemned: no run uses it again, and "
+                    "it is removed once those runs end"
+                )
             reasons.append(
-                f"the test command wrote into {path}, which later runs read ({what}); "
-                "it was removed, so the next run rebuilds it"
+                f"the test command wrote into {path}, which later runs read ({what}); {fate}"
             )
-        if not entries:
+        if not entries and not (guard.used and not _writable_by_tests(guard.plan, root)):
             reasons.append(f"the test command changed {root} itself, which later runs read")
     return reasons
+
+
+def _writable_by_tests(plan: Plan, path: str) -> bool:
+    """Whether the tests could write path under bwrap: only where a writable bind reaches
+    (path inside one, or one inside path); everything else of a cache folder is read-only."""
+    return any(_inside(path, (w,)) or _inside(w, (path,)) for w in plan.writable)
+
+
+def _store_of(container: str) -> Optional[Store]:
+    """The cache store a container belongs to (`<root>/<kind>` with `<root>/locks`), if any."""
+    root = os.path.dirname(container.rstrip(os.sep))
+    if os.path.basename(container.rstrip(os.sep)) not in KINDS:
+        return None
+    if not os.path.isdir(os.path.join(root, "locks")):
+        return None
+    return Store(Path(root))
+
+
+def _journaled(
+    store: Store,
+    root: str,
+    name: str,
+    before: dict[str, tuple[int, ...]],
+    after: dict[str, tuple[int, ...]],
+) -> bool:
+    """True when the entry's publication journal leads from its state before to after."""
+    kind, path = os.path.basename(root.rstrip(os.sep)), os.path.join(root, name)
+    with store.publishing(kind, name, exclusive=False):
+        recorded = journal.records(store.journal(kind, name))
+    return journal.explains(
+        recorded, journal.fingerprint(before, path), journal.fingerprint(after, path)
+    )
 
 
 def before_of(snap: dict[str, tuple[int, ...]], root: str) -> dict[str, tuple[int, ...]]:
@@ -344,10 +403,13 @@ def _first_difference(
     return "changed"
 
 
-def snapshot(roots: tuple[str, ...], strict: tuple[str, ...] = ()) -> dict[str, tuple[int, ...]]:
+def snapshot(
+    roots: tuple[str, ...], strict: tuple[str, ...] = (), containers: tuple[str, ...] = ()
+) -> dict[str, tuple[int, ...]]:
     """path -> (inode, mode, size, mtime_ns, ctime_ns) for every entry under roots (no links
     followed, `__pycache__` folders skipped except under the strict roots); a root that does
-    not exist is recorded as missing."""
+    not exist is recorded as missing. Each entry of a container root of a cache store is walked
+    under its publish lock (shared): a concurrent fetch into it is seen whole or not at all."""
     out: dict[str, tuple[int, ...]] = {}
     for root in roots:
         if not os.path.lexists(root):
@@ -356,17 +418,35 @@ def snapshot(roots: tuple[str, ...], strict: tuple[str, ...] = ()) -> dict[str, 
         _add(out, root)
         if not os.path.isdir(root) or os.path.islink(root):
             continue
-        every = root in strict
-        for folder, dirs, files in os.walk(root):
-            # Interpreters write byte-code caches as they import (the coordinator's own
-            # lazy imports on `local`): not evidence. Under bwrap they are read-only anyway.
-            if not every:
-                dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in dirs + files:
-                _add(out, os.path.join(folder, name))
-            if len(out) > _MAX_ENTRIES:
+        store = _store_of(root) if root in containers else None
+        if store is None:
+            if _walk(out, root, root in strict):
                 return out
+            continue
+        kind = os.path.basename(root.rstrip(os.sep))
+        for name in sorted(os.listdir(root)):
+            path = os.path.join(root, name)
+            with store.publishing(kind, name, exclusive=False):
+                if not os.path.lexists(path):
+                    continue
+                _add(out, path)
+                if os.path.isdir(path) and not os.path.islink(path) and _walk(out, path, True):
+                    return out
     return out
+
+
+def _walk(out: dict[str, tuple[int, ...]], root: str, every: bool) -> bool:
+    """Add everything under root; True when the snapshot is past its size limit."""
+    for folder, dirs, files in os.walk(root):
+        # Interpreters write byte-code caches as they import (the coordinator's own
+        # lazy imports on `local`): not evidence. Under bwrap they are read-only anyway.
+        if not every:
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in dirs + files:
+            _add(out, os.path.join(folder, name))
+        if len(out) > _MAX_ENTRIES:
+            return True
+    return False
 
 
 def _add(out: dict[str, tuple[int, ...]], path: str) -> None:

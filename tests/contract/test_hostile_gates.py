@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from charpin_coordinator.drift import build_report
 from charpin_coordinator.receipts import read_receipt_file
 
 from tests.conftest import make_repo
+from tests.waiting import make_gate, waiting
 
 ROOT = Path(__file__).parents[2]
 
@@ -43,15 +43,21 @@ CASES = {
         "Fixture integrity",
         "symlinks out of the root: tests/fixtures/rates.json",
     ),
+    # Writes once during the run (and says so), then would write again once released from the
+    # gate (tests/waiting.py): after the run nothing may still wait there.
     "background-writer": (
         "def test_hostile():\n"
         "    if HOSTILE:\n"
-        "        code = ('import time, sys\\n'\n"
-        "                'while True:\\n'\n"
-        '                \'    open(sys.argv[1], "a").write("x")\\n\'\n'
-        "                '    time.sleep(0.05)\\n')\n"
-        "        subprocess.Popen([sys.executable, '-c', code, str(FIXTURE)])\n"
-        "        import time; time.sleep(0.3)\n",
+        "        code = ('import os, select, sys\\n'\n"
+        "                'gate = os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK)\\n'\n"
+        '                \'open(sys.argv[1], "a").write("x")\\n\'\n'
+        "                'print(\"wrote\", flush=True)\\n'\n"
+        "                'select.select([gate], [], [])\\n'\n"
+        '                \'open(sys.argv[1], "a").write("x")\\n\')\n'
+        "        gate = str(HERE.parent.parent / 'gate')\n"
+        "        writer = subprocess.Popen([sys.executable, '-c', code, str(FIXTURE), gate],\n"
+        "                                  stdout=subprocess.PIPE)\n"
+        "        assert writer.stdout.readline() == b'wrote\\n'\n",
         "Fixture integrity",
         "moved during the run: tests/fixtures/rates.json",
     ),
@@ -107,6 +113,7 @@ def _receipt(repo: Path, out: Path, label: str, hostile: bool) -> Path:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hostile_suite_fails_the_right_gate(case, tmp_path):
     body, gate, needle = CASES[case]
+    make_gate(tmp_path / "gate")
     repo = make_repo(
         tmp_path / "repo",
         {
@@ -128,8 +135,8 @@ def test_hostile_suite_fails_the_right_gate(case, tmp_path):
     assert needle in failing.detail
     assert report.exit_code & 2
     if case == "background-writer":
-        # The whole process group was killed before the after-hash: the file no longer moves.
+        # The whole process group was killed before the after-hash: nothing waits to write.
         fixture = repo / "tests" / "fixtures" / "rates.json"
         size = fixture.stat().st_size
-        time.sleep(0.5)
+        assert not waiting(tmp_path / "gate"), "the background writer outlived the run"
         assert fixture.stat().st_size == size

@@ -418,9 +418,9 @@ class _RecordingTransport(LocalTransport):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.argvs: list[list[str]] = []
 
-    def open(self, argv: Sequence[str]) -> LocalChannel:
+    def open(self, argv: Sequence[str], *, deadline: float | None = None) -> LocalChannel:
         self.argvs.append(list(argv))
-        return super().open(argv)
+        return super().open(argv, deadline=deadline)
 
 
 def test_host_env_values_reach_the_tests_but_never_a_command_line(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -356,14 +355,16 @@ def test_keep_takes_days_or_a_count(bad: str) -> None:
             parse_keep(bad)
 
 
+# Says it is ready once everything is imported, then starts when its stdin says go: both
+# writers are released at the same moment, neither still importing.
 WRITER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from pathlib import Path
     from charpin_coordinator.history.record import record
-    db, go, *folders = sys.argv[1:]
-    while not Path(go).exists():
-        time.sleep(0.001)
+    db, *folders = sys.argv[1:]
+    print("ready", flush=True)
+    sys.stdin.readline()
     for folder in folders:
         record(Path(db), [Path(folder)])
     """
@@ -372,7 +373,6 @@ WRITER = textwrap.dedent(
 
 def test_two_processes_recording_at_once_lose_nothing_and_corrupt_nothing(tmp_path: Path) -> None:
     db = tmp_path / "history.sqlite"  # missing: both race to create it too
-    go = tmp_path / "go"
     many = [f"tests/test_many.py::test_{i}" for i in range(300)]
     jobs = []
     for name in ("nightly-a", "nightly-b"):
@@ -388,10 +388,23 @@ def test_two_processes_recording_at_once_lose_nothing_and_corrupt_nothing(tmp_pa
             os.environ,
             PYTHONPATH=os.pathsep.join([str(ROOT / "runner"), str(ROOT / "coordinator")]),
         )
-        argv = [sys.executable, "-c", WRITER, str(db), str(go), *map(str, folders)]
-        jobs.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True))
-    time.sleep(0.5)  # both are importing, then waiting for the same moment
-    go.touch()
+        argv = [sys.executable, "-c", WRITER, str(db), *map(str, folders)]
+        jobs.append(
+            subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for job in jobs:
+        assert job.stdout is not None and job.stdout.readline() == "ready\n"
+    for job in jobs:
+        assert job.stdin is not None
+        job.stdin.write("go\n")
+        job.stdin.flush()
     for job in jobs:
         _, err = job.communicate(timeout=120)
         assert job.returncode == 0, err

@@ -288,6 +288,19 @@ def test_remote_command_quotes_every_element() -> None:
     # What sshd does with it: hand it to the login shell, which must run exactly that argv.
     done = subprocess.run(["sh", "-c", line], capture_output=True, check=True)
     assert done.stdout == "|".join(hostile[2:]).encode() + b"|"
+    # Its process group first, on stderr, for a kill through a second channel.
+    assert done.stderr.startswith(b"charpin-pid ") and done.stderr.split()[1].isdigit()
+
+
+def test_remote_command_with_a_deadline_runs_under_the_boxs_timeout() -> None:
+    line = remote_command(["sh", "-c", "echo $PPID; cat /proc/$PPID/comm"], deadline=30)
+    done = subprocess.run(["sh", "-c", line], capture_output=True, check=True)
+    assert done.stdout.split(b"\n")[1] == b"timeout"
+    # Without `timeout` on the box (not on PATH) the program still runs, unwatched.
+    line = remote_command(["/bin/echo", "ran"], deadline=30)
+    bare = {"PATH": "/none"}
+    done = subprocess.run(["/bin/sh", "-c", line], capture_output=True, env=bare, check=False)
+    assert done.returncode == 0 and done.stdout == b"ran\n", done
 
 
 def test_a_hostname_that_is_not_one_is_refused(ssh: str | None, tmp_path: Path) -> None:

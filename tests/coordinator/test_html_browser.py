@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,8 +175,18 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> HostileRun:
 
 
 def _open(driver: Any, path: Path) -> None:
+    """Load path and wait for its load event: by then every error event of an image (an
+    <img onerror>) has fired; _no_script_ran then checks that nothing could fire later."""
     driver.get(path.as_uri())
-    time.sleep(0.3)  # an <img onerror> would fire right after load: give it the chance
+    _loaded(driver)
+
+
+def _loaded(driver: Any) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 30).until(
+        lambda d: d.execute_script("return document.readyState") == "complete"
+    )
 
 
 def _screenshot(driver: Any, tmp_path: Path, name: str) -> Path:
@@ -307,9 +316,13 @@ def test_index_html_lists_the_run_and_links_to_its_page(
     assert row.startswith("r1") and "2 of 3" in row and "down (refused)" in row
     assert _texts(browser, "#trend-table tbody tr td:first-child") == ["clean", "down", "local"]
     _screenshot(browser, tmp_path, "index")
+    from selenium.webdriver.support.ui import WebDriverWait
+
     browser.find_element(By.LINK_TEXT, "r1").click()
-    time.sleep(0.3)
-    assert browser.current_url == (hostile_run.folder / "drift.html").as_uri()
+    target = (hostile_run.folder / "drift.html").as_uri()
+    WebDriverWait(browser, 30).until(lambda d: d.current_url == target)
+    _loaded(browser)
+    assert browser.current_url == target
     assert browser.title.startswith("charpin drift · commit ")
 
 

@@ -15,6 +15,8 @@ from charpin_coordinator.remote.bundle import runner_bundle
 from charpin_coordinator.remote.errors import BoxError
 from charpin_coordinator.remote.session import BoxSession, shipped_agent
 from charpin_coordinator.remote.transport import LocalTransport
+from charpin_runner.caches import journal
+from charpin_runner.caches.store import store_of
 from charpin_runner.errors import UsageError
 
 from tests.conftest import git, make_repo
@@ -152,7 +154,7 @@ def _poison(cache: Path, blob: str, data: bytes) -> None:
     path.write_bytes(zlib.compress(b"blob %d\0" % len(data) + data))
 
 
-def test_a_poisoned_cache_repository_is_caught_by_the_files_and_dropped(tmp_path: Path) -> None:
+def test_a_poisoned_cache_repository_is_never_used_again(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "src", {"a.txt": "one\n", "b.txt": "two\n"})
     box = LocalTransport("box", tmp_path / "box")
     box.root.mkdir()
@@ -163,14 +165,38 @@ def test_a_poisoned_cache_repository_is_caught_by_the_files_and_dropped(tmp_path
     (repo / "b.txt").write_text("three\n")
     git(repo, "commit", "-qam", "next")
     snap = snapshot.resolve(repo, "HEAD")
+    # The repository is not as its publication journal left it: replaced before anything reads
+    # it, so the whole commit travels again and the checkout has the real files.
+    assert _ship(box, snap, "r2") > 0
+    assert (_src(box, "r2") / "a.txt").read_text() == "one\n"
+
+
+def test_a_poisoned_cache_repository_is_caught_by_the_files_and_dropped(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "src", {"a.txt": "one\n", "b.txt": "two\n"})
+    box = LocalTransport("box", tmp_path / "box")
+    box.root.mkdir()
+    _ship(box, snapshot.resolve(repo, "HEAD"), "r1")
+    cache = _cache(box)
+    store, kind, name = store_of(cache)
+    # A poisoning that also forged a journal record for itself (a test without bubblewrap, run
+    # as the box user, could): the checkout's files are still checked against the commit's tree.
+    with store.publishing(kind, name):
+        before = journal.state(cache)
+        _poison(cache, git(repo, "rev-parse", "HEAD:a.txt"), b"poisoned\n")
+        store.record(kind, name, before, "forged")
+    (repo / "b.txt").write_text("three\n")
+    git(repo, "commit", "-qam", "next")
+    snap = snapshot.resolve(repo, "HEAD")
     with pytest.raises(BoxError, match="tampered"):
         _ship(box, snap, "r2")
     # git itself was fooled: it checked the attacker's bytes out under the right ids.
     assert (_src(box, "r2") / "a.txt").read_text() == "poisoned\n"
-    # The cache is gone, so the next run ships everything again and gets the real files.
-    assert not cache.exists()
+    # The cache is condemned, so the next run ships everything into a new one and gets the
+    # real files.
+    assert store.condemned(kind, name)
     _ship(box, snap, "r3")
     assert (_src(box, "r3") / "a.txt").read_text() == "one\n"
+    assert not store.condemned(kind, name)
 
 
 def test_a_planted_hook_in_the_cache_repository_never_runs(tmp_path: Path) -> None:

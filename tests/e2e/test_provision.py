@@ -26,6 +26,7 @@ from charpin_coordinator.remote.hosts import HostSpec, decode_host_extras, resol
 from charpin_coordinator.remote.provision import Disposals, connector, parse_made, printed_id
 from charpin_runner.errors import ConfigError, UsageError
 
+from tests.concurrency import await_arrival, make_fifos, release
 from tests.conftest import make_repo
 from tests.e2e.conftest import _require_sshd
 
@@ -138,7 +139,11 @@ def test_provision_commands_only_in_the_working_tree_never_run(tmp_path: Path) -
 
 
 def test_ctrl_c_mid_run_still_disposes_once(tmp_path: Path) -> None:
-    hang = "import time\ndef test_hang():\n    time.sleep(600)\n"
+    [started] = make_fifos(tmp_path, "started")
+    hang = (
+        f"import time\ndef test_hang():\n    open({str(started)!r}, 'w').close()\n"
+        "    time.sleep(600)\n"
+    )
     repo = repo_with(tmp_path, PROVISION, DISPOSE, {"tests/test_hang.py": hang})
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'runner'}{os.pathsep}{ROOT / 'coordinator'}")
     proc = subprocess.Popen(
@@ -147,10 +152,7 @@ def test_ctrl_c_mid_run_still_disposes_once(tmp_path: Path) -> None:
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        ends = time.monotonic() + 60
-        while time.monotonic() < ends and not list(Path("/tmp").glob("charpin-scratch-*/sshd.log")):
-            time.sleep(0.1)
-        time.sleep(3)  # connected, the tests running
+        await_arrival(started)  # connected, the tests running
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
     finally:
@@ -337,8 +339,9 @@ def _state(pid: int) -> str:
 def test_ctrl_c_at_the_terminal_during_provision_lets_it_finish_then_disposes(
     tmp_path: Path,
 ) -> None:
-    started = tmp_path / "started"
-    provision = f"touch {started}; sleep 2; {PROVISION} | tee {tmp_path / 'made.json'}"
+    # The provision arrives, then waits until the Ctrl-C has been sent: it is mid-provision.
+    started, go = make_fifos(tmp_path, "started", "go")
+    provision = f": > {started}; cat {go} >/dev/null; {PROVISION} | tee {tmp_path / 'made.json'}"
     repo = repo_with(tmp_path, provision, DISPOSE)
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'runner'}{os.pathsep}{ROOT / 'coordinator'}")
     proc = subprocess.Popen(
@@ -347,11 +350,9 @@ def test_ctrl_c_at_the_terminal_during_provision_lets_it_finish_then_disposes(
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:
-        ends = time.monotonic() + 60
-        while time.monotonic() < ends and not started.exists():
-            time.sleep(0.05)
-        assert started.exists(), "provision never started"
+        await_arrival(started)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends its foreground group
+        release(go)
         proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from charpin_coordinator.cli import main
 
+from tests.concurrency import await_arrival, make_fifos
 from tests.conftest import git, make_repo
 from tests.py39 import PY39, needs_py39
 from tests.sshd import SshBox, SshdFactory
@@ -289,6 +290,9 @@ def test_sshd_killed_mid_run_is_not_evaluated(sshd_factory: SshdFactory, tmp_pat
     assert missing["kind"] == "disconnected" and "doomed" in missing["reason"]
     assert proc.returncode & 4
     assert [b["label"] for b in report["boxes"]] == ["local"]
+    # The connection is gone: the agent saw its input end, stopped the tests and cleaned up.
+    assert _wait(lambda: not box.session_pids(), 60), box.session_pids()
+    assert _wait(lambda: not _left_on_box(box), 30)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
@@ -296,12 +300,15 @@ def test_sigint_mid_run_cleans_the_box_and_writes_a_partial_report(
     sshd_factory: SshdFactory, tmp_path: Path, sig: signal.Signals
 ) -> None:
     box = sshd_factory(name="intr", alias="intr")
-    hang = "import time\ndef test_hang():\n    time.sleep(600)\n"
+    [started] = make_fifos(tmp_path, "started")
+    hang = (
+        f"import time\ndef test_hang():\n    open({str(started)!r}, 'w').close()\n"
+        "    time.sleep(600)\n"
+    )
     repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
     proc = _spawn(repo, _ssh_config(tmp_path, [box]), "intr")
     try:
-        assert _wait(lambda: list(box.root.glob(".cache/charpin/runs/*/*/stdout.log")), 60)
-        time.sleep(1.0)  # let pytest start inside the runner
+        await_arrival(started)  # the test is running inside the runner on the box
         proc.send_signal(sig)  # SIGTERM (systemctl stop, a cancelled CI job) acts as Ctrl-C
         out, _ = proc.communicate(timeout=120)
     finally:

@@ -72,8 +72,8 @@ def test_megabytes_on_stdout_and_stderr_at_once_do_not_deadlock(ssh_box: SshBox)
 def test_a_channel_whose_program_ignores_stdin_still_finishes(ssh_box: SshBox) -> None:
     with open_box(spec_of(ssh_box)) as box:
         channel = box.open(["sh", "-c", "exit 7"])
-        time.sleep(0.3)
-        channel.send(b"x" * 100_000)  # the program is gone: swallowed, no hang, no error
+        assert channel.recv(10, 30.0) == b""  # its output ended: the program is gone
+        channel.send(b"x" * 100_000)  # swallowed, no hang, no error
         assert channel.recv(10, 5.0) == b""
         assert channel.finish(5.0).status == 7
         assert run_on(box, ["echo", "ok"])[1] == b"ok\n"  # the connection is still usable

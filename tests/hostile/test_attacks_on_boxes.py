@@ -6,7 +6,6 @@ whole pipeline (box agent, sealed receipt, coordinator gates), on every kind of 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from tests.hostile.harness import BOX_KINDS, gate, host_for, repo_with, run
 from tests.hostile.test_git_measurement import APP, HEADER, trap
 from tests.hostile.test_probe_relabel import SUITE, logreport_relabel
+from tests.waiting import waiting
 
 
 @pytest.mark.slow
@@ -39,8 +39,8 @@ def test_a_filter_planted_in_git_config_never_runs_and_the_edit_is_seen(
     )
     # Without bubblewrap, where .git is writable (under bwrap it is read-only to the tests).
     code, report, _ = run(repo, hosts, "--sandbox", "off", ssh_config=ssh_config)
-    time.sleep(1.5)  # longer than the trap's daemon takes
     assert not ran.exists(), "charpin's own git ran the planted filter"
+    assert not waiting(tmp_path / "filter-gate"), "the filter's daemon outlived the run"
     assert not (tmp_path / "filter-daemon").exists()
     assert report["not_evaluated"] == [], report
     assert gate(report, "Clean tree", hosts) == "FAIL"

@@ -7,13 +7,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import git, make_repo
 from tests.runner.test_receipt_cmd import charpin, charpin_env, only_receipt
+from tests.waiting import SHELL_AWAIT_GATE, make_gate, waiting
 
 APP = "src/app.py"
 NODE = "tests/test_attack.py::test_attack"
@@ -44,20 +44,24 @@ def attack(tmp_path: Path, body: str, run: Runner = charpin) -> tuple[int, dict[
 
 
 def trap(folder: Path, name: str) -> tuple[Path, Path]:
-    """A script that leaves `name-ran` behind and starts a daemon that writes `name-daemon` a
-    moment later (and passes its input through, as a filter would); (script, ran marker)."""
+    """A script that leaves `name-ran` behind and starts a daemon that writes `name-daemon`
+    once released from the gate `name-gate` (and passes its input through, as a filter would);
+    (script, ran marker). No daemon waits at the gate once charpin returned: it never ran, or
+    it was killed with the run (tests/waiting.py)."""
     ran, daemon = folder / f"{name}-ran", folder / f"{name}-daemon"
+    gate = make_gate(folder / f"{name}-gate")
+    wait = SHELL_AWAIT_GATE.format(gate=gate)
     script = folder / f"{name}.sh"
     script.write_text(
-        f"#!/bin/sh\ntouch '{ran}'\n(sleep 1; touch '{daemon}') </dev/null >/dev/null 2>&1 &\ncat\n"
+        f"#!/bin/sh\ntouch '{ran}'\n({wait}; touch '{daemon}') </dev/null >/dev/null 2>&1 &\ncat\n"
     )
     script.chmod(0o755)
     return script, ran
 
 
 def no_attacker_code_ran(folder: Path, name: str) -> None:
-    time.sleep(1.5)  # longer than the daemon's delay
     assert not (folder / f"{name}-ran").exists()
+    assert not waiting(folder / f"{name}-gate"), "the trap's daemon outlived the run"
     assert not (folder / f"{name}-daemon").exists()
 
 

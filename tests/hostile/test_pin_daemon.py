@@ -5,26 +5,29 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import git, make_repo
 from tests.runner.test_receipt_cmd import charpin_env
+from tests.waiting import make_gate, waiting
 
+# The daemon waits at a gate (tests/waiting.py) where it would sleep: released only after
+# charpin returned, and only if it still lives.
 TARGET = '''
-import os, sys, time
+import os, select, sys
 print("hello")
 if os.path.exists({arm!r}):
     sys.stdout.flush()
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
+            gate = os.open({gate!r}, os.O_RDONLY | os.O_NONBLOCK)
             # Written whole or not at all: the daemon may be killed at any instruction.
             open({pidfile!r} + ".tmp", "w").write(str(os.getpid()))
             os.rename({pidfile!r} + ".tmp", {pidfile!r})
-            time.sleep(1.0)
+            select.select([gate], [], [])
             open({planted!r}, "w").write("print('owned')\\n")
             os._exit(0)
         os._exit(0)
@@ -41,10 +44,12 @@ def _charpin(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("sandbox", ["off", "auto"])
 def test_a_pin_daemon_is_dead_before_the_receipt_is_written(sandbox: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "daemon-pid"
+    gate = make_gate(tmp_path / "gate")
     repo = make_repo(
         tmp_path / "repo",
         {
             "tool.py": TARGET.format(
+                gate=str(gate),
                 pidfile=str(pidfile),
                 planted=str(tmp_path / "repo" / "planted.py"),
                 arm=str(tmp_path / "repo" / "arm"),
@@ -63,14 +68,10 @@ def test_a_pin_daemon_is_dead_before_the_receipt_is_written(sandbox: str, tmp_pa
     done = _charpin(repo, "receipt", "-o", str(out), "--sandbox", sandbox, "-q")
     written = out.read_bytes()
     receipt = json.loads(written)
-    time.sleep(2.5)  # past the moment the daemon would have written
-    # Nothing happens after the receipt: it is not rewritten, and a file the daemon wrote exists
-    # only if the receipt names it (the run is then not clean).
+    # Nothing of the daemon is left to act after the receipt.
+    assert not waiting(gate), "the pin's daemon outlived the run"
     assert out.read_bytes() == written
-    if (repo / "planted.py").exists():
-        assert "planted.py" in receipt["tree"]["written"], receipt["tree"]
-        assert done.returncode != 0
-    else:
-        assert done.returncode == 0, (done.stderr, receipt["exit"])
+    assert not (repo / "planted.py").exists()
+    assert done.returncode == 0, (done.stderr, receipt["exit"])
     if sandbox == "off" and pidfile.exists():
         assert not Path(f"/proc/{int(pidfile.read_text())}").exists()

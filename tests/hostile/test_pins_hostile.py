@@ -13,21 +13,22 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.conftest import git, make_repo
+from tests.waiting import make_gate, waiting
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # Double-forks a daemon (setsid, stdio on /dev/null) when ARM exists. The target waits until the
 # daemon has started, writes its pid to PIDFILE and exits; the daemon writes into the repository
-# one second later. KILL_PARENT: the target first SIGKILLs its own parent (charpin's supervisor).
+# once released from GATE (tests/waiting.py), which only happens if it is still alive after
+# charpin returned. KILL_PARENT: the target first SIGKILLs its own parent (charpin's supervisor).
 # FORGE: before that, it reopens through /proc every channel its supervisor holds beyond stdio,
 # and charpin's end of those and every socket charpin holds, writes a report saying "exited 0,
 # everything killed" into those it can open, and counts them into FORGED.
 DAEMON = """
-import os, signal, sys, time
+import os, select, signal, sys, time
 print("hello")
 sys.stdout.flush()
 if os.path.exists({arm!r}):
@@ -67,9 +68,10 @@ if os.path.exists({arm!r}):
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
+            gate = os.open({gate!r}, os.O_RDONLY | os.O_NONBLOCK)
             os.write(w, str(os.getpid()).encode())
             os.close(w)
-            time.sleep(1.0)
+            select.select([gate], [], [])  # released only after charpin returned
             with open({planted!r}, "w") as handle:
                 handle.write("print('owned')\\n")
             os._exit(0)
@@ -81,27 +83,43 @@ if os.path.exists({arm!r}):
 """
 
 # A well-behaved pin that needs a helper it double-forked while it runs: its supervisor must not
-# be disturbed by the sweep after the hostile pin, which ends while this one still waits.
+# be disturbed by the sweep after the hostile pin. When armed, the helper answers only once the
+# hostile pin's daemon is dead, so it is certainly alive while that pin is swept.
 NEEDS_HELPER = """
 import os, time
 ready = os.path.join(os.getcwd(), "out", "pong")
 os.makedirs("out", exist_ok=True)
+
+
+def swept():
+    try:
+        pid = int(open({pidfile!r}).read())
+    except (OSError, ValueError):
+        return False  # not started yet, or its pid half-written
+    try:
+        state = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return True
+    return state in "ZX"
+
+
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        time.sleep(0.8)
+        ends = time.monotonic() + 120
+        while os.path.exists({arm!r}) and not swept() and time.monotonic() < ends:
+            time.sleep(0.01)  # waits for an event: the other pin's daemon is dead
         with open(ready, "w") as handle:
             handle.write("pong\\n")
         os._exit(0)
     os._exit(0)
 os.wait()
-for _ in range(500):
-    if os.path.exists(ready):
-        break
-    time.sleep(0.01)
+ends = time.monotonic() + 150
+while not os.path.exists(ready) and time.monotonic() < ends:
+    time.sleep(0.01)  # waits for an event: the helper's answer
 print("helper answered" if os.path.exists(ready) else "helper was killed")
 """
 
@@ -159,8 +177,10 @@ def _daemon_repo(tmp_path: Path, kill_parent: bool, forge: bool = False) -> Path
         forged=str(tmp_path / "forged"),
         planted=str(tmp_path / "repo" / "planted.py"),
         pidfile=str(tmp_path / "daemon-pid"),
+        gate=str(make_gate(tmp_path / "gate")),
     )
-    repo = make_repo(tmp_path / "repo", {"tool.py": tool, "helper.py": NEEDS_HELPER})
+    helper = NEEDS_HELPER.format(arm=str(tmp_path / "arm"), pidfile=str(tmp_path / "daemon-pid"))
+    repo = make_repo(tmp_path / "repo", {"tool.py": tool, "helper.py": helper})
     recorded = _charpin(repo, "record", "--id", "hello", "--", "tool.py")
     assert recorded.returncode == 0, recorded.stderr
     recorded = _charpin(repo, "record", "--id", "helper", "--", "helper.py")
@@ -175,7 +195,7 @@ def _daemon_repo(tmp_path: Path, kill_parent: bool, forge: bool = False) -> Path
 def test_a_pin_daemon_is_dead_when_pins_check_returns(tmp_path: Path) -> None:
     repo = _daemon_repo(tmp_path, kill_parent=False)
     done = _charpin(repo, "check", "--jobs", "2")
-    time.sleep(2.0)  # past the moment the daemon would have written
+    assert not waiting(tmp_path / "gate"), "the pin's daemon outlived the run"
     assert not (repo / "planted.py").exists()
     assert _gone(int((tmp_path / "daemon-pid").read_text()))
     # The other pin, running in parallel with a helper of its own, was not disturbed.
@@ -186,7 +206,7 @@ def test_a_pin_daemon_is_dead_when_pins_check_returns(tmp_path: Path) -> None:
 def test_a_target_that_kills_its_supervisor_still_loses_its_daemon(tmp_path: Path) -> None:
     repo = _daemon_repo(tmp_path, kill_parent=True)
     done = _charpin(repo, "check", "--jobs", "2")
-    time.sleep(2.0)
+    assert not waiting(tmp_path / "gate"), "the pin's daemon outlived the run"
     assert not (repo / "planted.py").exists()
     assert _gone(int((tmp_path / "daemon-pid").read_text()))
     assert done.returncode == 2, done.stdout + done.stderr
@@ -200,7 +220,7 @@ def test_a_target_cannot_forge_its_supervisors_report(tmp_path: Path) -> None:
     # kill its supervisor, and the pin would pass with its daemon still alive.
     repo = _daemon_repo(tmp_path, kill_parent=True, forge=True)
     done = _charpin(repo, "check", "--jobs", "2")
-    time.sleep(2.0)
+    assert not waiting(tmp_path / "gate"), "the pin's daemon outlived the run"
     assert not (repo / "planted.py").exists(), done.stdout + done.stderr
     assert _gone(int((tmp_path / "daemon-pid").read_text()))
     assert done.returncode == 2, done.stdout + done.stderr
@@ -239,10 +259,11 @@ def test_a_pin_daemon_is_dead_when_pins_record_returns(tmp_path: Path) -> None:
         forged="",
         planted=str(tmp_path / "repo" / "planted.py"),
         pidfile=str(tmp_path / "daemon-pid"),
+        gate=str(make_gate(tmp_path / "gate")),
     )
     repo = make_repo(tmp_path / "repo", {"tool.py": tool})
     done = _charpin(repo, "record", "--id", "hello", "--", "tool.py")
-    time.sleep(2.0)
+    assert not waiting(tmp_path / "gate"), "the pin's daemon outlived the run"
     assert not (repo / "planted.py").exists()
     assert _gone(int((tmp_path / "daemon-pid").read_text()))
     assert done.returncode == 0, done.stderr

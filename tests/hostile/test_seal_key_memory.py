@@ -61,9 +61,11 @@ def test_the_box_agent_cannot_be_read_by_its_tests(tmp_path: Path) -> None:
 
 def test_a_control_process_of_the_same_user_is_readable(tmp_path: Path) -> None:
     """The check above can fail: an ordinary process of that user owns its /proc files."""
-    proc = _as_nobody([sys.executable, "-I", "-c", "import sys; sys.stdin.read()"], tmp_path)
+    code = "import sys; print('ready', flush=True); sys.stdin.read()"
+    proc = _as_nobody([sys.executable, "-I", "-c", code], tmp_path)
     try:
-        time.sleep(0.3)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"  # setpriv has become that python
         assert os.stat(f"/proc/{proc.pid}/mem").st_uid == NOBODY
     finally:
         _stop(proc)

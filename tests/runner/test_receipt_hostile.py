@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import git, make_repo
 from tests.runner.test_receipt_cmd import charpin, charpin_env, only_receipt
+from tests.waiting import AWAIT_GATE, OPEN_GATE, make_gate, waiting
 
 FIXTURE = "tests/fixtures/rates.json"
 ORIGINAL = '{"vat": "0.20"}\n'
@@ -88,30 +89,42 @@ def test_a_test_that_swaps_a_fixture_for_an_escaping_symlink(tmp_path: Path) -> 
 
 
 def test_a_background_process_cannot_edit_a_fixture_after_the_session(tmp_path: Path) -> None:
-    late = f"import time; time.sleep(1.5); open({FIXTURE!r}, 'w').write('x')"
+    gate = make_gate(tmp_path / "gate")
+    # The late writer holds the gate, says so on its stdout, and edits the fixture only once
+    # released: if charpin left it alive, it would still wait at the gate after charpin returns.
+    late = (
+        OPEN_GATE.format(gate=str(gate))
+        + "print('waiting', flush=True)\n"
+        + AWAIT_GATE
+        + f"open({FIXTURE!r}, 'w').write('x')\n"
+    )
     repo = hostile_repo(
         tmp_path,
-        f"def test_spawn():\n    subprocess.Popen([sys.executable, '-c', {late!r}])\n",
+        "def test_spawn():\n"
+        f"    late = subprocess.Popen([sys.executable, '-c', {late!r}], stdout=subprocess.PIPE)\n"
+        "    assert late.stdout.readline() == b'waiting\\n'\n",
     )
     result = charpin(repo)
     assert result.returncode == 0, result.stderr
     assert only_receipt(repo)["fixtures"]["changed"] == []
     assert live_in(repo) == []
-    time.sleep(3)  # past the moment the leftover process would have written
+    assert not waiting(gate), "the late writer outlived the session"
     assert (repo / FIXTURE).read_text() == ORIGINAL
 
 
 def test_a_setsid_daemon_is_adopted_and_killed_too(tmp_path: Path) -> None:
     marker = tmp_path / "daemon-pid"
+    gate = make_gate(tmp_path / "gate")
     daemon = (
-        "import os, sys, time\n"
+        "import os, sys\n"
         "if os.fork(): sys.exit(0)\n"
         "os.setsid()\n"
         "if os.fork(): sys.exit(0)\n"
-        f"open({str(marker) + '.tmp'!r}, 'w').write(str(os.getpid()))\n"
+        + OPEN_GATE.format(gate=str(gate))
+        + f"open({str(marker) + '.tmp'!r}, 'w').write(str(os.getpid()))\n"
         f"os.rename({str(marker) + '.tmp'!r}, {str(marker)!r})\n"
-        "time.sleep(1.5)\n"
-        f"open({FIXTURE!r}, 'w').write('x')\n"
+        + AWAIT_GATE
+        + f"open({FIXTURE!r}, 'w').write('x')\n"
     )
     repo = hostile_repo(
         tmp_path,
@@ -123,7 +136,7 @@ def test_a_setsid_daemon_is_adopted_and_killed_too(tmp_path: Path) -> None:
     # The pid is the host's only without a PID namespace; under bwrap the namespace kills it.
     result = charpin(repo, "--sandbox", "off")
     assert result.returncode == 0, result.stderr
-    time.sleep(3)  # past the moment the daemon would have written
+    assert not waiting(gate), "the daemon outlived the session"
     assert (repo / FIXTURE).read_text() == ORIGINAL
     assert not Path(f"/proc/{int(marker.read_text())}").exists()
 

@@ -81,6 +81,8 @@ class BoxTarget:
     read_only: Sequence[str] = ()
     # ... and hidden from them (this machine's secrets).
     hidden: Sequence[str] = ()
+    # The box's disk cap (`cache_max_mb`, `cache_max_days`), kept by the agent after the run.
+    cache_cap: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -215,6 +217,7 @@ class _Pipeline:
             "keep": self.plan.keep,
             "in_place": self.target.in_place or "",
             "python": self.target.python,
+            "cache_cap": dict(self.target.cache_cap),
         }
         config = json.dumps(dict(self.plan.config_table)).encode()
         facts, _ = self._call("prepare", fields, config, timeout=self._step_seconds())
@@ -237,6 +240,7 @@ class _Pipeline:
             "commit": snap.commit,
             "ref": snapshot.BUNDLE_REF,
             "tree": snap.tree,
+            "shallow": list(snap.shallow),
         }
         got, _ = self._call(
             "install",

@@ -149,7 +149,9 @@ def local_target(label: str, repo: Path, *, timeout: float | None = None) -> Box
     # The clean box's caches too: `local` runs beside it, and its tests must not plant a venv
     # or a runner the clean box then trusts.
     clean = cache_root(str(clean_cache_home()))
-    caches = tuple(str(clean / name) for name in ("venvs", "repos", "runners"))
+    caches = tuple(
+        str(clean / name) for name in ("venvs", "repos", "runners", "locks", "stage", "trash")
+    )
     return BoxTarget(
         label=label,
         connect=connect,

@@ -1,4 +1,5 @@
-"""CLI glue for `charpin-remote run` and `hosts check` (and `demo`, if built). Coordinator side.
+"""CLI glue for `charpin-remote run`, `hosts check` and `hosts gc` (and `demo`, if built).
+Coordinator side.
 
 The only module of remote/ that prints and picks exit codes. `run` returns the drift report's
 bitmask (design §6); when Ctrl-C cut the run short, the partial report is still written and
@@ -80,8 +81,37 @@ def add_parsers(sub: Any) -> None:
     )
     add_color_option(check)
     check.set_defaults(handler=run_hosts_check)
+    _add_gc(hosts_sub)
     hosts.set_defaults(handler=_hosts_usage)
     demo_cli.add_parsers(sub)
+
+
+def _add_gc(hosts_sub: Any) -> None:
+    gc = hosts_sub.add_parser(
+        "gc",
+        help="show and free what charpin keeps on boxes (caches, left-over run folders)",
+        description="Show what charpin keeps on each box (venvs, cache repositories, runner "
+        "folders, run folders an interrupted run left) and free it down to the cap: left-overs "
+        "first, then entries unused for longer than --max-days, then the least recently used "
+        "until under --max-mb. Nothing a run uses now is removed; every run keeps the cap by "
+        "itself too (cache_max_mb, cache_max_days under [tool.charpin.hosts.NAME]). Exit code: "
+        "0 every box collected, 4 a box could not be reached or collected, 64 usage.",
+    )
+    add = gc.add_argument
+    add("--hosts", default="clean", metavar="A,B", help="boxes to collect (default clean)")
+    add("--max-mb", type=int, metavar="N", help="size cap in MB (default: the host's, else 5120)")
+    add(
+        "--max-days",
+        type=float,
+        metavar="D",
+        help="remove entries unused for longer (default: the host's, else 14)",
+    )
+    add("--dry-run", action="store_true", help="only show what would be freed")
+    add("--json", action="store_true", help="print the result as JSON")
+    add("--ssh-config", type=Path, metavar="FILE", help="ssh_config to read")
+    add("--accept-new", action="store_true", help="trust an unknown host key and record it")
+    add("--repo", type=Path, metavar="DIR", help="repository (host extras)")
+    gc.set_defaults(handler=run_hosts_gc)
 
 
 def _add_run(sub: Any) -> None:
@@ -193,7 +223,9 @@ def add_box_options(parser: argparse.ArgumentParser, *, folders: str) -> None:
 
 
 def _hosts_usage(args: argparse.Namespace) -> int:
-    raise UsageError("charpin-remote hosts needs a subcommand: hosts check --hosts A,B")
+    raise UsageError(
+        "charpin-remote hosts needs a subcommand: hosts check --hosts A,B, or hosts gc --hosts A,B"
+    )
 
 
 def run_remote(args: argparse.Namespace) -> int:
@@ -360,6 +392,41 @@ def run_hosts_check(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc, indent=2), flush=True)
     return code
+
+
+def run_hosts_gc(args: argparse.Namespace) -> int:
+    """Handle `charpin-remote hosts gc`: per box, what it keeps and what was (would be) freed."""
+    import json
+
+    from charpin_coordinator.remote.hostgc import describe, gc_hosts
+
+    if args.max_mb is not None and args.max_mb < 0:
+        raise UsageError(f"--max-mb {args.max_mb} must be 0 or more, e.g. --max-mb 2048")
+    if args.max_days is not None and not 0 <= args.max_days < float("inf"):
+        raise UsageError(f"--max-days {args.max_days:g} must be 0 or more, e.g. --max-days 14")
+    names = parse_host_list(args.hosts)
+    extras: Mapping[str, HostExtras] = {}
+    repo, committed = _hosts_repo(args.repo)
+    if repo is not None and (repo / "pyproject.toml").is_file():
+        # The committed settings only, as for `hosts check` (rule 1).
+        extras = decode_host_extras(load_config(repo, rev="HEAD" if committed else None).hosts)
+        for name, extra in extras.items():
+            if name in BUILTIN_BOXES:
+                trusted_python(extra.python, repo, name)
+    specs = resolve_hosts(names, ssh_config=args.ssh_config, extras=extras)
+    cap: dict[str, Any] = {}
+    if args.max_mb is not None:
+        cap["max_mb"] = args.max_mb
+    if args.max_days is not None:
+        cap["max_days"] = args.max_days
+    results = gc_hosts(specs, cap=cap, dry_run=args.dry_run, accept_new=args.accept_new)
+    if args.json:
+        print(json.dumps({"hosts": [r.as_dict() for r in results]}, indent=2), flush=True)
+    else:
+        for result in results:
+            for line in describe(result):
+                print(line, flush=True)
+    return EXIT_NOT_EVALUATED if any(not r.ok for r in results) else EXIT_CLEAN
 
 
 def _hosts_repo(given: Path | None) -> tuple[Path | None, bool]:

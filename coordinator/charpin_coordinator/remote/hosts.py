@@ -53,6 +53,19 @@ class HostExtras(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_onl
     # A disposable server: shell lines run on this machine that make it and remove it.
     provision: list[str] | None = None
     dispose: list[str] | None = None
+    # The disk cap of charpin's caches on the box (venvs, cache repositories, runners, run
+    # folders): every run brings the box back under it; `hosts gc` too.
+    cache_max_mb: int | None = None
+    cache_max_days: float | None = None
+
+    def cache_cap(self) -> dict[str, Any]:
+        """The cap as the agent's requests carry it (what is not set keeps its default)."""
+        cap: dict[str, Any] = {}
+        if self.cache_max_mb is not None:
+            cap["max_mb"] = self.cache_max_mb
+        if self.cache_max_days is not None:
+            cap["max_days"] = self.cache_max_days
+        return cap
 
 
 @dataclass(frozen=True)
@@ -124,6 +137,14 @@ def decode_host_extras(
                 message = f"{message} - at `{where}`"
             raise ConfigError(f"{message}; fix that value in pyproject.toml") from None
         check_env_names(extra.env, where=f"{where}.env")
+        if extra.cache_max_mb is not None and extra.cache_max_mb < 0:
+            raise ConfigError(
+                f"cache_max_mb must be a size in MB, 0 or more - at `{where}.cache_max_mb`"
+            )
+        if extra.cache_max_days is not None and not 0 <= extra.cache_max_days < float("inf"):
+            raise ConfigError(
+                f"cache_max_days must be a number of days, 0 or more - at `{where}.cache_max_days`"
+            )
         if extra.timeout is not None and extra.timeout <= 0:
             raise ConfigError(
                 f"timeout must be a positive number of seconds - at `{where}.timeout`"

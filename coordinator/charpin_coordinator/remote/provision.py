@@ -307,9 +307,9 @@ class Disposable:
         self.host_key_accepted_new = box.host_key_accepted_new
         self.stats: TransferStats = box.stats  # the same object: counts stay live
 
-    def open(self, argv: Sequence[str]) -> Channel:
+    def open(self, argv: Sequence[str], *, deadline: float | None = None) -> Channel:
         """Start argv on the provisioned server."""
-        return self._box.open(argv)
+        return self._box.open(argv, deadline=deadline)
 
     def close(self) -> None:
         """Close the connection, then dispose of the server (once)."""

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import msgspec
@@ -324,7 +324,7 @@ def _target(spec: HostSpec, repo: Path, options: Options, disposals: Disposals) 
     if spec.builtin and spec.name == "local":
         return local_target(spec.name, repo, timeout=timeout)
     if spec.builtin:
-        return clean_target(
+        target = clean_target(
             spec.name,
             keep=options.keep,
             python=trusted_python(extras.python, repo, spec.name),
@@ -332,6 +332,7 @@ def _target(spec: HostSpec, repo: Path, options: Options, disposals: Disposals) 
             timeout=timeout,
             env=env,
         )
+        return replace(target, cache_cap=extras.cache_cap())
     if extras.provision:
         connect = provision.connector(spec, repo=repo, disposals=disposals)
     else:
@@ -345,6 +346,7 @@ def _target(spec: HostSpec, repo: Path, options: Options, disposals: Disposals) 
         setup=extras.setup,
         timeout=timeout,
         env=env,
+        cache_cap=extras.cache_cap(),
     )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from charpin_runner.errors import UsageError
 
-from charpin_coordinator.gitcmd import git, git_bytes
+from charpin_coordinator.gitcmd import git, git_bytes, git_run
 from charpin_coordinator.remote.errors import BoxError
 
 BUNDLE_REF = "refs/charpin/snapshot"
@@ -25,11 +25,14 @@ BUNDLE_REF = "refs/charpin/snapshot"
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The commit under review and its tree, as read on this machine."""
+    """The commit under review and its tree, as read on this machine. shallow: in a shallow
+    repository (CI's depth-1 checkout), the commits of the commit's history whose parents this
+    repository does not have; the box records them so that the bundle needs no more."""
 
     repo: Path
     commit: str
     tree: str
+    shallow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,32 @@ def resolve(repo: Path, rev: str) -> Snapshot:
         raise UsageError(
             f"--commit {rev!r} is not a commit of {repo}; pass a branch, tag or sha (default HEAD)"
         ) from None
-    return Snapshot(repo=repo, commit=commit, tree=tree)
+    return Snapshot(repo=repo, commit=commit, tree=tree, shallow=shallow_boundary(repo, commit))
+
+
+def shallow_boundary(repo: Path, commit: str) -> tuple[str, ...]:
+    """The shallow commits (`git rev-parse --git-path shallow`) that commit's history reaches:
+    empty for a full clone. A shallow clone ships as it is: the box's cache repository records
+    the same boundary, so its checkout has exactly the history this clone has."""
+    if git(repo, "rev-parse", "--is-shallow-repository").strip() != "true":
+        return ()
+    path = Path(git(repo, "rev-parse", "--git-path", "shallow").strip())
+    path = path if path.is_absolute() else repo / path  # relative to repo before git 2.31
+    try:
+        listed = path.read_text(encoding="ascii", errors="replace").split()
+    except OSError:
+        return ()
+    found = []
+    for sha in listed:
+        done = git_run(repo, "merge-base", "--is-ancestor", sha, commit)
+        if done.returncode == 0:
+            found.append(sha)
+        elif done.returncode != 1:
+            raise UsageError(
+                f"{repo} is a shallow clone whose boundary commit {sha[:12]} git cannot read: "
+                "fetch more history (git fetch --unshallow) and run again"
+            )
+    return tuple(sorted(found))
 
 
 def build_bundle(snap: Snapshot, haves: Sequence[str] = ()) -> Bundle:

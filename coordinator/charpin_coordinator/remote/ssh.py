@@ -32,7 +32,13 @@ from charpin_coordinator.remote.hostkeys import (
     fingerprint,
 )
 from charpin_coordinator.remote.hosts import HostSpec
-from charpin_coordinator.remote.transport import STDERR_KEEP, Finished, TransferStats
+from charpin_coordinator.remote.transport import (
+    STDERR_KEEP,
+    TERM_GRACE,
+    Finished,
+    TransferStats,
+    watchdog,
+)
 
 # paramiko logs transport-thread failures at ERROR; without a handler Python's last-resort
 # handler would print tracebacks. Errors reach the user as BoxError lines instead.
@@ -233,9 +239,10 @@ class SshTransport:
 
     # -- the channel -----------------------------------------------------------------------
 
-    def open(self, argv: Sequence[str]) -> SshChannel:
-        """Start argv on the box (under /bin/sh, every element quoted) and return its channel."""
-        command = remote_command(argv)
+    def open(self, argv: Sequence[str], *, deadline: float | None = None) -> SshChannel:
+        """Start argv on the box (under /bin/sh, every element quoted) and return its channel.
+        deadline: seconds after which the box ends argv itself (`timeout`, where installed)."""
+        command = remote_command(argv, deadline)
         with map_ssh_errors(self.name):
             channel = self._transport().open_session(timeout=self.io_timeout)
             channel.settimeout(self.io_timeout)  # bounds each send while the window is full
@@ -269,12 +276,24 @@ def _close_chain(conn: Any) -> None:
             break
 
 
-def remote_command(argv: Sequence[str]) -> str:
-    """The shell line for argv, every element quoted, run by /bin/sh whatever the login shell."""
+# Says the program's process group (its shell's pid: sshd starts every session command as a
+# session leader, and `exec` keeps the pid) on stderr first, so a second channel can signal it.
+_PID_LINE = b"charpin-pid "
+_PROLOGUE = 'printf "charpin-pid %s\\n" "$$" >&2; '
+
+
+def remote_command(argv: Sequence[str], deadline: float | None = None) -> str:
+    """The shell line for argv, every element quoted, run by /bin/sh whatever the login shell:
+    it first says its process group on stderr, and with a deadline runs argv under `timeout`
+    when the box has it. argv travels as the shell's positional parameters."""
     if not argv:
         raise UsageError("empty remote command; give at least a program name")
-    script = "exec " + " ".join(shlex.quote(arg) for arg in argv)
-    return f"exec /bin/sh -c {shlex.quote(script)}"
+    guard = watchdog(deadline)
+    script = _PROLOGUE
+    if guard:
+        script += f"command -v timeout >/dev/null 2>&1 && exec {shlex.join(guard)} \"$@\"; "
+    script += 'exec "$@"'
+    return "exec /bin/sh -c " + " ".join(shlex.quote(a) for a in (script, "sh", *argv))
 
 
 class SshChannel:
@@ -284,6 +303,8 @@ class SshChannel:
     def __init__(self, owner: SshTransport, channel: paramiko.Channel):
         self._owner, self._channel = owner, channel
         self._stderr = bytearray()
+        self._pid: int | None = None  # the program's process group on the box, once said
+        self._head: bytearray | None = bytearray()  # stderr until the pid line is complete
 
     def send(self, data: bytes) -> None:
         """Write all of data; a box that stopped reading for io_timeout is a lost connection."""
@@ -318,34 +339,77 @@ class SshChannel:
                 # _STDERR_LOOK seconds.
                 select.select([channel], [], [], min(left, _STDERR_LOOK))
 
-    def finish(self, timeout: float) -> Finished:
-        """Close our side, wait at most timeout for the exit status, keep stderr's end."""
+    def finish(self, timeout: float, *, kill: bool = True) -> Finished:
+        """Close our side, wait at most timeout for the exit status, keep stderr's end. A program
+        still running then (it hangs, or ignores the end of its input) is stopped through a
+        second channel: SIGTERM to its process group, SIGKILL after TERM_GRACE."""
         channel = self._channel
-        ends = time.monotonic() + timeout
         status: int | None = None
         try:
             if not channel.closed:
                 channel.shutdown_write()
-            while not channel.exit_status_ready() and time.monotonic() < ends:
-                if not self._owner.alive():
-                    break
-                self._drain_stderr()
-                channel.status_event.wait(min(0.2, max(0.0, ends - time.monotonic())))
+            ended = self._wait_exit(timeout)
+            if not ended and kill:
+                for name in ("TERM", "KILL"):
+                    if self._pid is None or not self._signal(name):
+                        break
+                    if self._wait_exit(TERM_GRACE):
+                        break
             self._drain_stderr()
+            if self._head is not None:  # shorter than a pid line: it was the program's own
+                self._stderr += self._head
+                self._head = None
             if channel.exit_status_ready() and channel.exit_status != -1:
                 status = channel.exit_status
-        except (OSError, EOFError, paramiko.SSHException):
+        except (OSError, EOFError, paramiko.SSHException, BoxError):
             pass
         finally:
             channel.close()
         return Finished(status, bytes(self._stderr))
 
+    def _wait_exit(self, seconds: float) -> bool:
+        channel = self._channel
+        ends = time.monotonic() + seconds
+        while not channel.exit_status_ready() and time.monotonic() < ends:
+            if not self._owner.alive():
+                return False
+            self._drain_stderr()
+            channel.status_event.wait(min(0.2, max(0.0, ends - time.monotonic())))
+        return bool(channel.exit_status_ready())
+
+    def _signal(self, name: str) -> bool:
+        """Send signal name to the program's process group through a second channel."""
+        if not self._owner.alive():
+            return False
+        pid = self._pid
+        line = f"kill -s {name} -- -{pid} 2>/dev/null || kill -s {name} {pid} 2>/dev/null; true"
+        other = self._owner.open(["/bin/sh", "-c", line])
+        other.finish(TERM_GRACE, kill=False)
+        return True
+
     def _drain_stderr(self) -> None:
         while self._channel.recv_stderr_ready():
-            self._stderr += self._channel.recv_stderr(_CHUNK)
+            data = self._channel.recv_stderr(_CHUNK)
+            if self._head is not None:
+                data = self._take_pid(data)
+            self._stderr += data
             extra = len(self._stderr) - STDERR_KEEP
             if extra > 0:
                 del self._stderr[:extra]
+
+    def _take_pid(self, data: bytes) -> bytes:
+        """Strip the prologue's pid line from the start of stderr and keep the pid."""
+        assert self._head is not None
+        self._head += data
+        if b"\n" not in self._head and len(self._head) < 64:
+            return b""
+        head, self._head = bytes(self._head), None
+        line, newline, rest = head.partition(b"\n")
+        number = line[len(_PID_LINE) :]
+        if newline and line.startswith(_PID_LINE) and number.isdigit():
+            self._pid = int(number)
+            return rest
+        return head
 
 
 def connector(spec: HostSpec, *, accept_new: bool = False) -> Callable[[], SshTransport]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -21,6 +22,17 @@ from typing import IO, Protocol
 
 # A dead agent's last words: enough to explain a traceback or "python3: not found".
 STDERR_KEEP = 64 * 1024
+# After SIGTERM, what a program that does not end by itself gets to clean up before SIGKILL.
+TERM_GRACE = 3.0
+
+
+def watchdog(deadline: float | None) -> list[str]:
+    """The argv prefix that ends a program on its own box at deadline seconds from now even when
+    nobody is left to stop it (a lost connection, a coordinator killed outright): coreutils'
+    `timeout`, SIGTERM then SIGKILL 10 s later. Empty without a deadline."""
+    if deadline is None:
+        return []
+    return ["timeout", "-s", "TERM", "-k", "10", f"{max(1, round(deadline))}"]
 
 
 @dataclass
@@ -66,8 +78,9 @@ class Transport(Protocol):
     host_key_fingerprint: str | None
     host_key_accepted_new: bool
 
-    def open(self, argv: Sequence[str]) -> Channel:
-        """Start argv on the box and return its channel."""
+    def open(self, argv: Sequence[str], *, deadline: float | None = None) -> Channel:
+        """Start argv on the box and return its channel. deadline: seconds after which the box
+        itself ends the program (and what it started in its process group)."""
         ...
 
     def close(self) -> None:
@@ -95,12 +108,15 @@ class LocalTransport:
         self.stats = TransferStats()
         self._base_env = dict(os.environ if base_env is None else base_env)
 
-    def open(self, argv: Sequence[str]) -> LocalChannel:
-        """Start argv in root, in its own session (so a kill reaches all it started)."""
+    def open(self, argv: Sequence[str], *, deadline: float | None = None) -> LocalChannel:
+        """Start argv in root, in its own session (so a kill reaches all it started); with a
+        deadline, under `timeout` where it is installed, so that it ends even if this process
+        is killed outright."""
         self.stats.channels += 1
         err = tempfile.TemporaryFile()  # a file, not a pipe: nobody has to drain it
+        prefix = watchdog(deadline) if shutil.which("timeout") else []
         proc = subprocess.Popen(
-            list(argv),
+            [*prefix, *argv],
             cwd=str(self.root),
             env=self._base_env,
             stdin=subprocess.PIPE,
@@ -152,8 +168,13 @@ class LocalChannel:
         try:
             status: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_session(proc.pid)
-            status = proc.wait()
+            # SIGTERM first: an agent stops the runner it started in a session of its own.
+            _kill_session(proc.pid, signal.SIGTERM)
+            try:
+                status = proc.wait(timeout=TERM_GRACE)
+            except subprocess.TimeoutExpired:
+                _kill_session(proc.pid, signal.SIGKILL)
+                status = proc.wait()
         proc.stdout.close()
         self._err.seek(0, os.SEEK_END)
         self._err.seek(max(0, self._err.tell() - STDERR_KEEP))
@@ -162,8 +183,8 @@ class LocalChannel:
         return Finished(status, tail)
 
 
-def _kill_session(pid: int) -> None:
+def _kill_session(pid: int, sig: int) -> None:
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
     except ProcessLookupError:
         pass

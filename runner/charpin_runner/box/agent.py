@@ -5,15 +5,21 @@ Started by the bootstrap as `python3 -I -B RUNNER box serve --home H`, it owns t
 the coordinator opened: requests arrive on stdin, replies leave on stdout (both framed, see
 wire.py), and nothing else may write there, so fd 1 is moved aside at once. The steps are
 prepare, install, setup, launch (which waits for the runner's end and can be told to stop),
-fetch, clean and probe; `bye` ends the session. When the stream ends without `bye` (the
-coordinator died or the connection dropped) a running test is stopped and the run folder and the
-caches it may have written are removed, as after a failed run.
+fetch, clean, probe and gc; `bye` ends the session. When the stream ends without `bye` (the
+coordinator died or the connection dropped) a running test is stopped and the run folder is
+removed, and the caches it may have written are discarded, as after a failed run. SIGTERM (the
+box-side deadline, or the coordinator's kill through a second channel) does the same.
+
+The agent holds a lease on every cache entry the run uses (its runner folder from the bootstrap
+on, its cache repository, its venv) and on its run folder, until it cleans up or dies: nothing
+collects an entry a live run uses (caches/store.py).
 """
 
 from __future__ import annotations
 
 import os
 import select
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,9 +27,15 @@ from typing import Any, Callable, Optional
 
 from charpin_runner import checkout, seal
 from charpin_runner.box import files, launch, layout, venv, wire
+from charpin_runner.caches import collect, locks
+from charpin_runner.caches.store import store_of
 from charpin_runner.errors import EXIT_CLEAN, BoxStepError, CharpinError, IntegrityError, UsageError
 
 Reply = tuple[dict[str, Any], bytes]
+
+
+class Terminated(BaseException):
+    """SIGTERM reached the agent outside a test run: stop now, cleaning up as when abandoned."""
 
 
 class Agent:
@@ -41,6 +53,11 @@ class Agent:
         # Set when prepare ran in this run's fresh checkout (see setup()).
         self.prepared = False
         self.gone = False  # the stream ended while a step was running
+        self.leases: list[int] = []  # fds: this run's leases (run folder, cache entries)
+        self.cap: Optional[collect.Cap] = None  # the box's disk cap, kept after every run
+        self.terminated = False
+        self._term_r, self._term_w = os.pipe()
+        self._in_launch = False
         self.steps: dict[str, Callable[[dict[str, Any], bytes], Reply]] = {
             "prepare": self.prepare,
             "install": self.install,
@@ -49,10 +66,28 @@ class Agent:
             "fetch": self.fetch,
             "clean": self.clean,
             "probe": self.probe,
+            "gc": self.gc,
         }
 
     def serve(self) -> int:
         """Answer frames until `bye` or the end of the stream; the exit status of the agent."""
+        signal.signal(signal.SIGTERM, self._on_term)
+        try:
+            return self._serve()
+        except Terminated:
+            self._abandon()
+            return EXIT_CLEAN
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        if self.terminated:
+            return  # once: the clean-up it started must not be cut short by the next one
+        self.terminated = True
+        os.write(self._term_w, b"x")
+        if not self._in_launch:
+            raise Terminated()
+        # In a test run the wait below wakes on the pipe and stops the runner first.
+
+    def _serve(self) -> int:
         self._send({"ok": True, "ready": True, "python": sys.version.split()[0]})
         while True:
             try:
@@ -68,7 +103,7 @@ class Agent:
                 self._send({"ok": True})
                 return EXIT_CLEAN
             reply, data = self._answer(header, payload)
-            if self.gone:
+            if self.gone or self.terminated:
                 self._abandon()
                 return EXIT_CLEAN
             self._send(reply, data)
@@ -89,13 +124,19 @@ class Agent:
             return {"ok": False, "kind": "runner-failed", "error": str(exc)}, b""
         except Exception as exc:  # one box's surprise must still reach the coordinator as a reply
             text = " ".join(str(exc).split())
-            return {"ok": False, "kind": "runner-failed", "error": f"{type(exc).__name__}: {text}"}, b""
+            return {
+                "ok": False,
+                "kind": "runner-failed",
+                "error": f"{type(exc).__name__}: {text}",
+            }, b""
 
     # -- steps ------------------------------------------------------------------------------
 
     def prepare(self, header: dict[str, Any], payload: bytes) -> Reply:
-        self.layout, facts = layout.prepare(self.home, header, payload)
+        self.layout, facts, leases = layout.prepare(self.home, header, payload)
+        self.leases += leases
         self.keep = bool(header.get("keep"))
+        self.cap = collect.Cap.from_request(header.get("cache_cap"))
         # The interpreter the host is configured with runs the tests (it may be a wrapper that
         # sets up more than the agent's own interpreter has), unless setup makes a venv.
         self.python = str(header.get("python") or sys.executable)
@@ -120,6 +161,7 @@ class Agent:
                 where.src,
                 str(header["ref"]),
                 str(header["tree"]),
+                [str(c) for c in header.get("shallow") or []],
             )
         except IntegrityError as exc:
             raise BoxStepError("snapshot-integrity", str(exc)) from exc
@@ -136,9 +178,11 @@ class Agent:
         ends = time.monotonic() + float(header["seconds"])
         made: dict[str, Any] = {"cached": True}
         if commands:
-            made = venv.build(where.venvs, where.src, commands, float(header["seconds"]))
-            self.caches.append(Path(made["venv"]))
-            self.python = str(made["python"])
+            built = venv.build(where.venvs, where.src, commands, float(header["seconds"]))
+            self.leases.append(built.lease)
+            self.caches.append(Path(built.venv))
+            self.python = built.python
+            made = {"venv": built.venv, "cached": built.cached}
         if prepare:
             left = max(ends - time.monotonic(), 1.0)
             self.python = venv.prepare(where.run, self.python, where.src, prepare, left)
@@ -165,9 +209,15 @@ class Agent:
         self.launched = True
         # The runner stops its own tests at `timeout`; `grace` later the agent stops the runner.
         grace = float(header.get("grace", launch.GRACE_SECONDS))
-        status, ended = launch.run(
-            argv, where, env, str(header["key"]), float(header["timeout"]), self._wake, grace
-        )
+        self._in_launch = True
+        try:
+            if self.terminated:
+                raise Terminated()
+            status, ended = launch.run(
+                argv, where, env, str(header["key"]), float(header["timeout"]), self._wake, grace
+            )
+        finally:
+            self._in_launch = False
         return {"status": status, "ended": ended}, b""
 
     def fetch(self, header: dict[str, Any], payload: bytes) -> Reply:
@@ -175,14 +225,20 @@ class Agent:
         return {"parts": parts}, data
 
     def clean(self, header: dict[str, Any], payload: bytes) -> Reply:
-        if self.layout is not None:
-            discard = self.caches if header.get("discard") else []
-            files.remove(self.layout, keep=self.keep, discard=discard)
-            self.layout = None
+        self._cleanup(discard=bool(header.get("discard")))
         return {}, b""
 
     def probe(self, header: dict[str, Any], payload: bytes) -> Reply:
         return layout.probe(self.home), b""
+
+    def gc(self, header: dict[str, Any], payload: bytes) -> Reply:
+        """`charpin-remote hosts gc`: what the box's caches hold, and what was (or would be)
+        freed to bring them under the cap."""
+        cap = collect.Cap.from_request(header.get("cap")) or collect.Cap()
+        report = collect.collect(
+            layout.cache_root(self.home), cap, dry_run=bool(header.get("dry_run"))
+        )
+        return report.as_dict(), b""
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -193,10 +249,15 @@ class Agent:
 
     def _wake(self, ended: int, timeout: float) -> str:
         """launch.run's wait: the runner's end, or the coordinator's stop request or absence."""
+        if self.terminated:
+            return "stop"
         if not self.reader.buffered():
-            ready, _, _ = select.select([ended, self.proto_in], [], [], max(timeout, 0.0))
+            watched = [ended, self.proto_in, self._term_r]
+            ready, _, _ = select.select(watched, [], [], max(timeout, 0.0))
             if ended in ready:
                 return "ended"
+            if self._term_r in ready:
+                return "stop"
             if self.proto_in not in ready:
                 return "idle"
         try:
@@ -208,10 +269,36 @@ class Agent:
         return "stop"  # `stop`, or anything else mid-run: nothing is served while tests run
 
     def _abandon(self) -> None:
-        """The coordinator left: remove what an unverified run may have written."""
-        if self.layout is not None:
-            files.remove(self.layout, keep=self.keep, discard=self.caches if self.launched else [])
-            self.layout = None
+        """The coordinator left (or SIGTERM came): discard what an unverified run may have
+        written."""
+        self._cleanup(discard=self.launched)
+
+    def _cleanup(self, *, discard: bool) -> None:
+        """The run folder (unless --keep), then this run's leases; caches no sealed receipt
+        vouches for are discarded, caches this run condemned are removed once nobody else uses
+        them, and the box is brought back under its disk cap."""
+        if self.layout is None:
+            return
+        where, self.layout = self.layout, None
+        files.remove(where, keep=self.keep, discard=[])
+        if self.keep:
+            collect.mark_kept(where.run)
+        else:
+            collect.forget_run(where.run)  # the lease file of a folder that is gone
+        for fd in self.leases:
+            locks.free(fd)
+        self.leases = []
+        for cache in self.caches:
+            store, kind, name = store_of(cache)
+            if discard:
+                store.discard(kind, name)
+            elif store.condemned(kind, name):
+                store.remove(kind, name)
+        if self.cap is not None and where.cache_repo is not None:  # `local` keeps no caches
+            try:
+                collect.collect(where.root, self.cap)
+            except OSError:
+                pass  # a full or read-only disk must not turn a finished run into a failure
 
     def _send(self, header: dict[str, Any], payload: bytes = b"") -> None:
         view = memoryview(wire.encode(header, payload))

@@ -89,6 +89,9 @@ def receipt_argv(
         # repository or a runner (byte code included) that another commit's run would use.
         for name in ("venvs", "repos", "runners"):
             argv += ["--cache-root", str(layout.root / name)]
+        # What keeps the caches right under concurrent runs (leases, journals, staged builds).
+        for name in ("locks", "stage", "trash"):
+            argv += ["--read-only", str(layout.root / name)]
     for path in request.get("read_only") or []:
         argv += ["--read-only", str(path)]
     for path in request.get("hidden") or []:

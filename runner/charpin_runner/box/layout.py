@@ -3,7 +3,8 @@
 Everything charpin keeps on a box is under `~/.cache/charpin` (the `clean` box passes its own
 home): `runners/` (zipapps by content hash), `repos/` (one bare cache repository per project),
 `venvs/` (setup venvs by dependency hash) and `runs/<run-id>/<box>/` (one run: the checkout, its
-config, receipt, seal and logs; removed afterwards unless --keep).
+config, receipt, seal and logs; removed afterwards unless --keep), plus what keeps them right
+under concurrent runs (`locks/`, `stage/`, `trash/`: caches/store.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import secrets
 import shutil
 import sys
 from dataclasses import dataclass
@@ -18,12 +20,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 from charpin_runner import gitcmd
+from charpin_runner.caches import locks
+from charpin_runner.caches.store import Store
 from charpin_runner.errors import BoxStepError, UsageError
 from charpin_runner.runid import RUN_ID
 
 _FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HEX = re.compile(r"[0-9a-f]{16}|[0-9a-f]{40}|[0-9a-f]{64}")
 HAVES_LIMIT = 32  # the most recent cached commits offered as bundle prerequisites
+REPOS = "repos"
 
 
 @dataclass(frozen=True)
@@ -65,9 +70,13 @@ def cache_root(home: str) -> Path:
     return Path(home or os.path.expanduser("~")) / ".cache" / "charpin"
 
 
-def prepare(home: str, request: dict[str, Any], config: bytes) -> tuple[Layout, dict[str, Any]]:
+def prepare(
+    home: str, request: dict[str, Any], config: bytes
+) -> tuple[Layout, dict[str, Any], list[int]]:
     """Make this run's folder, store its config and report what the box has: Python, pytest,
-    bubblewrap, and whether its cache repository already holds the commit (and which it holds)."""
+    bubblewrap, and whether its cache repository already holds the commit (and which it holds).
+    Also returns the leases the run holds from here on (its run folder, its cache repository),
+    fds the caller keeps open until the run is cleaned up."""
     run_id = _field(request, "run_id", RUN_ID)
     folder = _field(request, "folder", _FOLDER)
     in_place = str(request.get("in_place") or "")
@@ -82,21 +91,29 @@ def prepare(home: str, request: dict[str, Any], config: bytes) -> tuple[Layout, 
     if shutil.which("git") is None:
         raise BoxStepError("unsupported-box", "git is not installed on the box; install git")
     root = cache_root(home)
-    for sub in ("runners", "repos", "venvs", os.path.join("runs", run_id)):
+    store = Store(root)
+    for sub in ("runners", "repos", "venvs", "stage", "trash", os.path.join("runs", run_id)):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    run = root / "runs" / run_id / folder
-    run.mkdir()  # a run folder is never reused
-    if in_place:
-        layout = Layout(root=root, run=run, src=Path(in_place), cache_repo=None)
-    else:
-        repo_key = _field(request, "repo_key", _HEX)
-        layout = Layout(
-            root=root, run=run, src=run / "src", cache_repo=root / "repos" / f"{repo_key}.git"
-        )
-    layout.config.write_bytes(config)
-    has, haves = False, list[str]()
-    if layout.cache_repo is not None:
-        has, haves = cached_commits(layout.cache_repo, _field(request, "commit", _HEX))
+    run, lease = _run_folder(store, run_id, folder)
+    leases = [lease]
+    try:
+        if in_place:
+            layout = Layout(root=root, run=run, src=Path(in_place), cache_repo=None)
+        else:
+            repo_key = _field(request, "repo_key", _HEX)
+            name, lease = _cache_repo(store, f"{repo_key}.git")
+            leases.append(lease)
+            layout = Layout(
+                root=root, run=run, src=run / "src", cache_repo=store.entry(REPOS, name)
+            )
+        layout.config.write_bytes(config)
+        has, haves = False, list[str]()
+        if layout.cache_repo is not None:
+            has, haves = cached_commits(layout.cache_repo, _field(request, "commit", _HEX))
+    except BaseException:
+        for fd in leases:
+            locks.free(fd)
+        raise
     facts = {
         "python": sys.version.split()[0],
         "has_pytest": importable("pytest"),
@@ -104,7 +121,41 @@ def prepare(home: str, request: dict[str, Any], config: bytes) -> tuple[Layout, 
         "has": has,
         "haves": haves,
     }
-    return layout, facts
+    return layout, facts, leases
+
+
+def _run_folder(store: Store, run_id: str, folder: str) -> tuple[Path, int]:
+    """A new folder for this run, and its lease (taken before the folder exists, so that a
+    collector never takes a live run's folder for a dead one's). A run folder is never reused:
+    when runs/<run-id>/<box> exists (two runs with one --run-id on a shared box, or two verifies,
+    whose runs are all named base and patched), this run's folder gets a suffix of its own."""
+    name = folder
+    while True:
+        lease = store.lease_run(run_id, name)
+        run = store.root / "runs" / run_id / name
+        try:
+            # parents: another run of this id may just have removed the (empty) run-id folder
+            run.mkdir(parents=True)
+            return run, lease
+        except FileExistsError:
+            locks.free(lease)
+            name = f"{folder}~{secrets.token_hex(3)}"
+
+
+def _cache_repo(store: Store, name: str) -> tuple[str, int]:
+    """The cache repository this run uses, leased: the project's own, unless it changed since
+    its last journal record or was condemned, in which case it is removed first (nobody uses
+    it) or this run gets a one-off repository of its own (someone still does)."""
+    lease = store.lease(REPOS, name)
+    with store.publishing(REPOS, name, exclusive=False):
+        fine = not os.path.lexists(store.entry(REPOS, name)) or store.current(REPOS, name)
+    if fine:
+        return name, lease
+    locks.free(lease)
+    with store.publishing(REPOS, name):
+        if not store.remove_locked(REPOS, name):
+            name = store.one_off(name)
+        return name, store.lease(REPOS, name)
 
 
 def cached_commits(cache: Path, commit: str) -> tuple[bool, list[str]]:

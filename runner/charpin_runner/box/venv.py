@@ -1,14 +1,20 @@
 """Setup commands in a venv cached by the project's dependency files. Runs on boxes; stdlib only.
 
 The venv's name is a hash of this Python's version, the setup commands and the dependency files
-of the checkout, so a second run with the same dependencies reuses it; a lock keeps two boxes
-that share one home from building the same venv twice, and `.ok` marks a venv whose setup
-finished (a half-built one is rebuilt).
+of the checkout, so a second run with the same dependencies reuses it. A venv is built in the
+box's staging folder and published whole by a rename (caches/store.py), so a run never sees a
+half-built one and a concurrent run's cache watch sees it appear in one step, journaled; one
+builder per venv at a time (its build lock), and the agent that uses it holds its lease, so it
+is never removed while in use.
+
+charpin's own processes here (venv creation, site-dir queries) start isolated (`-I`) in a folder
+outside the checkout: a `venv/` package in a commit must never be what `python -m venv` runs.
+The setup and prepare lines are the commit's code: each runs as `/bin/sh -c LINE`, through
+`wrap` when the caller gives one (the sandbox).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -18,14 +24,33 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable, Optional
 
 from charpin_runner import procgroup
+from charpin_runner.box import setupcheck
+from charpin_runner.caches import journal, locks
+from charpin_runner.caches.store import Store, remove_tree
 from charpin_runner.errors import BoxStepError
 
 DEPENDENCY_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "poetry.lock", "uv.lock")
+KIND = "venvs"
 _OUTPUT_TAIL = 2000
+
+# Prefixes the argv of a command that runs the commit's code (bubblewrap, for instance).
+Wrap = Callable[[list[str]], list[str]]
+
+
+@dataclass(frozen=True)
+class Venv:
+    """A cached venv for this run: its python, its folder, whether it was there already, and the
+    fd of the lease the caller holds while the run uses it."""
+
+    python: str
+    venv: str
+    cached: bool
+    lease: int
 
 
 def venv_key(src: Path, commands: Sequence[str]) -> str:
@@ -39,8 +64,15 @@ def venv_key(src: Path, commands: Sequence[str]) -> str:
     return key.hexdigest()[:20]
 
 
-def build(venvs: Path, src: Path, commands: Sequence[str], seconds: float) -> dict[str, Any]:
-    """Return {"python", "venv", "cached"} for a venv where commands ran (or had run).
+def build(
+    venvs: Path,
+    src: Path,
+    commands: Sequence[str],
+    seconds: float,
+    *,
+    wrap: Optional[Wrap] = None,
+) -> Venv:
+    """A leased venv where commands ran (or had run); the caller frees the lease when done.
 
     The commands run in a throwaway copy of the checkout, never in src: what they write
     (`*.egg-info`, build/) would otherwise be in the first run's checkout only. An editable
@@ -48,53 +80,140 @@ def build(venvs: Path, src: Path, commands: Sequence[str], seconds: float) -> di
     refused with the fix (install the project in `prepare`, which runs for every checkout).
     """
     ends = time.monotonic() + seconds
-    venv = venvs / venv_key(src, commands)
-    python = venv / "bin" / "python"
-    # "a": opening must not touch the file (a concurrent run watches the venvs folder).
-    with open(f"{venv}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        cached = (venv / ".ok").exists()
-        if not cached:
-            shutil.rmtree(venv, ignore_errors=True)
-            _run([sys.executable, "-m", "venv", str(venv)], src, dict(os.environ), ends)
-            # In the run's folder: the box's cache folders change only by what they cache.
-            work = src.parent / "setup-work"
-            shutil.rmtree(work, ignore_errors=True)
-            shutil.copytree(src, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-            try:
-                before = _listing(work)
-                for command in commands:
-                    _run(command, work, _venv_env(venv), ends, shell=True)  # noqa: S604 - shell
-                editable = _editables(venv, work) + _own_packages(venv, work)
-                wrote = _changed(before, _listing(work))
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-            if wrote and not editable:
-                shutil.rmtree(venv, ignore_errors=True)
-                shown = ", ".join(wrote[:5]) + (
-                    f" and {len(wrote) - 5} more" if len(wrote) > 5 else ""
-                )
-                raise BoxStepError(
-                    "setup-failed",
-                    f"setup wrote {shown} into the checkout; setup runs once per dependency set "
-                    "in a throwaway copy, so the tests would never see it: install into the venv "
-                    "charpin gives setup (first on its PATH: `pip install ...`, no `.venv` of "
-                    "your own) and make files each checkout needs in `prepare`",
-                )
-            if editable:
-                shutil.rmtree(venv, ignore_errors=True)
-                raise BoxStepError(
-                    "setup-failed",
-                    f"setup installed the project itself ({', '.join(editable)}) into the "
-                    "cached venv, where every later commit would import this first checkout: "
-                    'install it in `prepare` (prepare = ["pip install -e . --no-deps"]), which '
-                    "runs for each checkout, and keep only its dependencies in `setup`",
-                )
-            (venv / ".ok").touch()
-    return {"python": str(python), "venv": str(venv), "cached": cached}
+    store = Store(venvs.parent)
+    key = venv_key(src, commands)
+    lease: Optional[int] = store.lease(KIND, key)
+    try:
+        found = _cached(store, key, lease)
+        if found is not None:
+            return found
+        with store.building(KIND, key):
+            with store.publishing(KIND, key):
+                found = _cached(store, key, lease, locked=True)
+                if found is not None:
+                    return found
+                name = key
+                if os.path.lexists(store.entry(KIND, key)):
+                    # Half-built by an older charpin, changed since it was published, or
+                    # condemned: replaced when nobody uses it, else this run builds its own.
+                    locks.free(lease)
+                    lease = None
+                    if not store.remove_locked(KIND, key):
+                        name = store.one_off(key)
+                    lease = store.lease(KIND, name)
+            if name == key:
+                _make(store, name, src, commands, ends, wrap)
+            else:
+                with store.building(KIND, name):  # its staging folder is not collected
+                    _make(store, name, src, commands, ends, wrap)
+        venv = store.entry(KIND, name)
+        assert lease is not None
+        return Venv(python=str(venv / "bin" / "python"), venv=str(venv), cached=False, lease=lease)
+    except BaseException:
+        locks.free(lease)
+        raise
 
 
-def prepare(run: Path, base_python: str, src: Path, commands: Sequence[str], seconds: float) -> str:
+def _cached(
+    store: Store, key: str, lease: Optional[int], *, locked: bool = False
+) -> Optional[Venv]:
+    """The published venv of key when it is whole and as it was published, else None."""
+    venv = store.entry(KIND, key)
+    if locked:
+        ok = store.current(KIND, key) and (venv / ".ok").is_file()
+    else:
+        with store.publishing(KIND, key, exclusive=False):
+            ok = store.current(KIND, key) and (venv / ".ok").is_file()
+    if not ok or lease is None:
+        return None
+    return Venv(python=str(venv / "bin" / "python"), venv=str(venv), cached=True, lease=lease)
+
+
+def _make(
+    store: Store,
+    name: str,
+    src: Path,
+    commands: Sequence[str],
+    ends: float,
+    wrap: Optional[Wrap],
+) -> None:
+    """Build venv name in the staging folder, check what setup did, and publish it."""
+    stage, final = store.stage(name), store.entry(KIND, name)
+    remove_tree(stage)
+    stage.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _own([sys.executable, "-I", "-m", "venv", str(stage)], stage.parent, ends)
+        # In the run's folder: the box's cache folders change only by what they cache.
+        work = src.parent / "setup-work"
+        remove_tree(work)
+        shutil.copytree(src, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        try:
+            before = setupcheck.listing(work)
+            for command in commands:
+                _run(_line(command, wrap), work, _venv_env(stage), ends, shown=command)
+            itself = setupcheck.installed_itself(stage, work)
+            wrote = setupcheck.changed(before, setupcheck.listing(work))
+        finally:
+            remove_tree(work)
+        _refuse(wrote, itself)
+        relocate(stage, final)
+        (stage / ".ok").touch()
+        with store.publishing(KIND, name):
+            os.rename(stage, final)
+            store.record(KIND, name, journal.ABSENT, "publish")
+    finally:
+        remove_tree(stage)
+
+
+def _refuse(wrote: list[str], itself: list[str]) -> None:
+    if itself:
+        raise BoxStepError(
+            "setup-failed",
+            f"setup installed the project itself ({', '.join(itself)}) into the "
+            "cached venv, where every later commit would import this first checkout: "
+            'install it in `prepare` (prepare = ["pip install -e . --no-deps"]), which '
+            "runs for each checkout, and keep only its dependencies in `setup`",
+        )
+    if wrote:
+        shown = ", ".join(wrote[:5]) + (f" and {len(wrote) - 5} more" if len(wrote) > 5 else "")
+        raise BoxStepError(
+            "setup-failed",
+            f"setup wrote {shown} into the checkout; setup runs once per dependency set "
+            "in a throwaway copy, so the tests would never see it: install into the venv "
+            "charpin gives setup (first on its PATH: `pip install ...`, no `.venv` of "
+            "your own) and make files each checkout needs in `prepare`",
+        )
+
+
+def relocate(stage: Path, final: Path) -> None:
+    """Rewrite the staging path baked into the venv's scripts (shebangs, activate), its
+    pyvenv.cfg and its .pth files to the path it is published at. Both paths have the same
+    length, so no shebang grows past the kernel's limit. Byte code needs nothing: the import
+    system sets a code object's file name from where its source is found."""
+    old, new = os.fsencode(str(stage)), os.fsencode(str(final))
+    candidates = [stage / "pyvenv.cfg"]
+    candidates += sorted(p for p in (stage / "bin").iterdir()) if (stage / "bin").is_dir() else []
+    candidates += sorted(stage.glob("lib/python*/site-packages/*.pth"))
+    candidates += sorted(stage.glob("lib/python*/site-packages/*.egg-link"))
+    for path in candidates:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > (4 << 20):
+            continue
+        data = path.read_bytes()
+        if old in data:
+            mode = path.stat().st_mode
+            path.write_bytes(data.replace(old, new))
+            os.chmod(path, mode & 0o7777)
+
+
+def prepare(
+    run: Path,
+    base_python: str,
+    src: Path,
+    commands: Sequence[str],
+    seconds: float,
+    *,
+    wrap: Optional[Wrap] = None,
+) -> str:
     """Run the prepare commands in src with a per-run venv over base_python's packages; return
     that venv's python.
 
@@ -104,10 +223,10 @@ def prepare(run: Path, base_python: str, src: Path, commands: Sequence[str], sec
     """
     ends = time.monotonic() + seconds
     venv = run / "venv"
-    _run([base_python, "-m", "venv", "--without-pip", str(venv)], src, dict(os.environ), ends)
+    _own([base_python, "-I", "-m", "venv", "--without-pip", str(venv)], run, ends)
     python = venv / "bin" / "python"
-    base_sites = _site_dirs(base_python, src, ends)
-    ours = _site_dirs(str(python), src, ends)
+    base_sites = _site_dirs(base_python, run, ends)
+    ours = _site_dirs(str(python), run, ends)
     line = "; ".join(f"site.addsitedir({d!r})" for d in base_sites if d not in ours)
     (Path(ours[0]) / "_charpin_base.pth").write_text(f"import site; {line}\n")
     # The venv has no pip of its own (a copy costs seconds): `pip` here is the base's pip run
@@ -119,8 +238,13 @@ def prepare(run: Path, base_python: str, src: Path, commands: Sequence[str], sec
         shim.chmod(0o755)
     for command in commands:
         # The prepare lines are shell, as written in [tool.charpin].
-        _run(command, src, _venv_env(venv), ends, shell=True, what="prepare")  # noqa: S604
+        _run(_line(command, wrap), src, _venv_env(venv), ends, what="prepare", shown=command)
     return str(python)
+
+
+def _line(command: str, wrap: Optional[Wrap]) -> list[str]:
+    argv = ["/bin/sh", "-c", command]
+    return wrap(argv) if wrap is not None else argv
 
 
 def _venv_env(venv: Path) -> dict[str, str]:
@@ -129,6 +253,11 @@ def _venv_env(venv: Path) -> dict[str, str]:
         VIRTUAL_ENV=str(venv),
         PATH=str(venv / "bin") + os.pathsep + os.environ.get("PATH", ""),
     )
+
+
+def _own(argv: list[str], cwd: Path, ends: float) -> None:
+    """One of charpin's own commands (never the commit's): isolated, outside the checkout."""
+    _run(argv, cwd, dict(os.environ), ends, what="setup")
 
 
 def _site_dirs(python: str, cwd: Path, ends: float) -> list[str]:
@@ -148,81 +277,19 @@ def _site_dirs(python: str, cwd: Path, ends: float) -> list[str]:
     return list(dict.fromkeys(done.stdout.split()))
 
 
-def _listing(root: Path) -> dict[str, tuple[int, int]]:
-    """relative path -> (size, mtime_ns) of every file and link under root, byte code aside."""
-    found: dict[str, tuple[int, int]] = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
-            path = os.path.join(folder, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            found[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
-    return found
-
-
-def _changed(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
-    """Top-level-first list of what appeared or changed (a new folder is named once)."""
-    moved = sorted(p for p in after if before.get(p) != after[p])
-    tops = {p.split(os.sep, 1)[0] for p in before}
-    named: list[str] = []
-    for path in moved:
-        top = path.split(os.sep, 1)[0]
-        shown = top + "/" if top != path and top not in tops else path
-        if shown not in named and not any(p.endswith("/") and path.startswith(p) for p in named):
-            named.append(shown)
-    return named
-
-
-def _own_packages(venv: Path, work: Path) -> list[str]:
-    """The checkout's own top-level packages that setup copied into the venv (`pip install .`):
-    every later commit would import that copy instead of its checkout."""
-    own: set[str] = set()
-    for base in (work, work / "src"):
-        own.update(p.parent.name for p in base.glob("*/__init__.py"))
-    sites = list(venv.glob("lib/python*/site-packages"))
-    return sorted(name for name in own if any((site / name).is_dir() for site in sites))
-
-
-def _editables(venv: Path, work: Path) -> list[str]:
-    """Distributions pip installed in editable mode from inside work (PEP 610 direct_url.json,
-    or a legacy .egg-link)."""
-    found = []
-    where = os.path.realpath(work)
-    for meta in sorted(venv.glob("lib/python*/site-packages/*.dist-info/direct_url.json")):
-        try:
-            info = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        url = str(info.get("url", ""))
-        if info.get("dir_info", {}).get("editable") and url.startswith("file://"):
-            if os.path.realpath(url[len("file://") :]).startswith(where):
-                found.append(meta.parent.name.split("-")[0])
-    for link in sorted(venv.glob("lib/python*/site-packages/*.egg-link")):
-        try:
-            target = link.read_text(encoding="utf-8").splitlines()[0]
-        except (OSError, IndexError):
-            continue
-        if os.path.realpath(target).startswith(where):
-            found.append(link.stem)
-    return found
-
-
 def _run(
-    command: str | list[str],
+    argv: list[str],
     cwd: Path,
     env: dict[str, str],
     ends: float,
     *,
-    shell: bool = False,
     what: str = "setup",
+    shown: Optional[str] = None,
 ) -> None:
+    command = shown if shown is not None else " ".join(argv)
     # Its own session, so a timeout kills the commands a setup line started, not just its shell.
     proc = subprocess.Popen(
-        command,
-        shell=shell,
+        argv,
         cwd=str(cwd),
         env=env,
         stdin=subprocess.DEVNULL,
@@ -232,8 +299,14 @@ def _run(
     )
     try:
         output, _ = proc.communicate(timeout=max(ends - time.monotonic(), 1.0))
-    except subprocess.TimeoutExpired:
+    except BaseException as exc:
+        # The deadline, or the agent told to stop (SIGTERM, the coordinator gone): nothing
+        # this command started may outlive it.
         procgroup.kill_group(proc.pid)
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+            raise
         try:
             output, _ = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:  # something left the group and holds the pipe
