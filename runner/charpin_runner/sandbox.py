@@ -22,8 +22,9 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -174,6 +175,41 @@ def wrap(
         pythons=(sys.executable, *pythons),
     )
     return [bwrap, *args, "--", *argv]
+
+
+# Paths pip and its certificates come from that the environment names (read-only in setup).
+_SETUP_ENV_PATHS = ("PIP_FIND_LINKS", "PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+
+
+class SetupWrap:
+    """How a box's setup and prepare lines run (rule 2: the sandbox shows only what the run
+    needs): the allow-list view with the network (they install packages), the folders each
+    line builds writable, a private HOME and TMPDIR, nothing of the user's home, keys or other
+    caches. The commit's build code (a setup.py, a build backend) runs there."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.scratch = tempfile.mkdtemp(prefix="charpin-setup-")
+
+    def __call__(
+        self, argv: list[str], writable: Sequence[str], pythons: Sequence[str]
+    ) -> list[str]:
+        plan = replace(self.guard.plan, writable=tuple(os.path.abspath(p) for p in writable))
+        named = [os.environ.get(name, "") for name in _SETUP_ENV_PATHS]
+        shown = [p for value in named for p in value.split() if os.path.isabs(p)]
+        shown += [p for p in ("/etc/pip.conf", "/etc/xdg/pip") if os.path.exists(p)]
+        guard = Guard(plan=replace(plan, visible=(*plan.visible, *shown)), used=True)
+        return wrap(guard, argv, self.scratch, pythons=tuple(pythons))
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def for_setup(mode: str) -> SetupWrap | None:
+    """The wrap for setup and prepare lines, or None when bubblewrap is off or not usable here
+    (RunError for `required`)."""
+    guard = begin(Plan(mode=check_mode(mode)))
+    return SetupWrap(guard) if guard.used else None
 
 
 def for_pins(

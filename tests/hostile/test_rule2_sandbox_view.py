@@ -163,3 +163,47 @@ def test_pins_checked_by_hand_run_in_the_sandbox_too(tmp_path: Path) -> None:
     golden = (repo / "pins.jsonl").read_text()
     assert CANARY not in golden, "pins record ran the target outside the sandbox"
     assert "unreadable" in golden or "unreadable" in json.dumps(golden)
+
+
+STEAL = """import pathlib, sys
+found = []
+for path in sys.argv[1:]:
+    try:
+        found.append(pathlib.Path(path).read_text(errors="replace")[:60])
+    except OSError:
+        pass
+print("stole", len(found))
+sys.exit(3 if found else 0)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["clean", "ssh"])
+def test_setup_and_prepare_lines_find_no_secret_either(
+    kind: str, sshd_factory: Any, tmp_path: Path
+) -> None:
+    """The commit's build code (a setup.py, a build backend, a prepare line) runs before its
+    tests, with the network: it sees the same allow-list view, never the user's home or keys.
+    Without the sandbox the same lines find the secrets, so the box is not evaluated."""
+    require_bwrap()
+    paths = _secrets(tmp_path) + _machine_secrets()
+    hosts, boxes, ssh_config = host_for(kind, sshd_factory, tmp_path)
+    args = " ".join(json.dumps(p) for p in paths)
+    toml = (
+        "[tool.charpin]\n"
+        f"setup = [{json.dumps('python steal.py ' + args)}, \"python -m pip install -q pytest\"]\n"
+        f"prepare = [{json.dumps('python steal.py ' + args)}]\n"
+    )
+    repo = repo_with(
+        tmp_path / "repo",
+        {"steal.py": STEAL, "tests/test_ok.py": "def test_ok():\n    pass\n"},
+        boxes,
+        toml,
+    )
+    _, report, folder = run(repo, hosts, ssh_config=ssh_config)
+    assert report["not_evaluated"] == [], report["not_evaluated"]
+    _nothing_leaked(folder)
+    if kind == "clean":
+        _, report, _ = run(repo, hosts, "--sandbox", "off", run_id="r2")
+        [missing] = report["not_evaluated"]
+        assert missing["kind"] == "setup-failed" and "exited 3" in missing["reason"], missing

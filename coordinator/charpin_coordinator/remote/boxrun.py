@@ -271,7 +271,13 @@ class _Pipeline:
         seconds = self._left()
         self._call(
             "setup",
-            {"commands": commands, "prepare": prepare, "seconds": seconds},
+            # Setup and prepare run the commit's build code: in the sandbox, as its tests do.
+            {
+                "commands": commands,
+                "prepare": prepare,
+                "seconds": seconds,
+                "sandbox": self.plan.sandbox,
+            },
             timeout=seconds + STEP_SECONDS,
         )
 

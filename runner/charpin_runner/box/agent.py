@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from charpin_runner import checkout, seal
+from charpin_runner import checkout, sandbox, seal
 from charpin_runner.box import files, launch, layout, venv, wire
 from charpin_runner.caches import collect, locks
 from charpin_runner.caches.store import store_of
@@ -177,15 +177,35 @@ class Agent:
         where = self._layout()
         ends = time.monotonic() + float(header["seconds"])
         made: dict[str, Any] = {"cached": True}
+        # Rule 2: the commit's build code sees the allow-list view, with the network.
+        wrap = sandbox.for_setup(str(header.get("sandbox") or "auto"))
+        try:
+            return self._set_up(where, commands, prepare, header, ends, made, wrap)
+        finally:
+            if wrap is not None:
+                wrap.close()
+
+    def _set_up(
+        self,
+        where: layout.Layout,
+        commands: list[str],
+        prepare: list[str],
+        header: dict[str, Any],
+        ends: float,
+        made: dict[str, Any],
+        wrap: sandbox.SetupWrap | None,
+    ) -> Reply:
         if commands:
-            built = venv.build(where.venvs, where.src, commands, float(header["seconds"]))
+            built = venv.build(
+                where.venvs, where.src, commands, float(header["seconds"]), wrap=wrap
+            )
             self.leases.append(built.lease)
             self.caches.append(Path(built.venv))
             self.python = built.python
             made = {"venv": built.venv, "cached": built.cached}
         if prepare:
             left = max(ends - time.monotonic(), 1.0)
-            self.python = venv.prepare(where.run, self.python, where.src, prepare, left)
+            self.python = venv.prepare(where.run, self.python, where.src, prepare, left, wrap=wrap)
             # The checkout was verified equal to the commit before: what is uncommitted in it
             # now, prepare wrote (the receipt lists it apart from the user's dirt).
             self.prepared = True

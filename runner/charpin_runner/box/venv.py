@@ -38,8 +38,9 @@ DEPENDENCY_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "poetry.lock", "u
 KIND = "venvs"
 _OUTPUT_TAIL = 2000
 
-# Prefixes the argv of a command that runs the commit's code (bubblewrap, for instance).
-Wrap = Callable[[list[str]], list[str]]
+# Prefixes the argv of a command that runs the commit's code (bubblewrap, for instance), given
+# the folders that command writes (everything else it sees read-only, or not at all).
+Wrap = Callable[[list[str], Sequence[str], Sequence[str]], list[str]]
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,8 @@ def _make(
         try:
             before = setupcheck.listing(work)
             for command in commands:
-                _run(_line(command, wrap), work, _venv_env(stage), ends, shown=command)
+                argv = _line(command, wrap, [str(stage), str(work)], [])
+                _run(argv, work, _venv_env(stage), ends, shown=command)
             itself = setupcheck.installed_itself(stage, work)
             wrote = setupcheck.changed(before, setupcheck.listing(work))
         finally:
@@ -238,13 +240,18 @@ def prepare(
         shim.chmod(0o755)
     for command in commands:
         # The prepare lines are shell, as written in [tool.charpin].
-        _run(_line(command, wrap), src, _venv_env(venv), ends, what="prepare", shown=command)
+        argv = _line(command, wrap, [str(src), str(venv)], [base_python])
+        _run(argv, src, _venv_env(venv), ends, what="prepare", shown=command)
     return str(python)
 
 
-def _line(command: str, wrap: Optional[Wrap]) -> list[str]:
+def _line(
+    command: str, wrap: Optional[Wrap], writable: Sequence[str], pythons: Sequence[str]
+) -> list[str]:
+    """A setup or prepare line as the shell runs it, through wrap: writable the folders it
+    builds, pythons the interpreters it runs besides the venv's own."""
     argv = ["/bin/sh", "-c", command]
-    return wrap(argv) if wrap is not None else argv
+    return wrap(argv, writable, pythons) if wrap is not None else argv
 
 
 def _venv_env(venv: Path) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import site
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -85,9 +86,11 @@ def test_a_venv_is_published_whole_and_relocated_from_the_staging_folder(tmp_pat
 def test_setup_and_prepare_lines_run_through_the_callers_wrap(tmp_path: Path) -> None:
     venvs, src = _checkout(tmp_path, {"pyproject.toml": "[project]\nname = 'z'\n"})
     seen: list[list[str]] = []
+    writes: list[list[str]] = []
 
-    def wrap(argv: list[str]) -> list[str]:
+    def wrap(argv: list[str], writable: Sequence[str], pythons: Sequence[str]) -> list[str]:
         seen.append(argv)
+        writes.append([Path(w).name for w in writable])
         return ["env", "CHARPIN_WRAPPED=yes", *argv]
 
     check = 'test "$CHARPIN_WRAPPED" = yes'
@@ -101,6 +104,10 @@ def test_setup_and_prepare_lines_run_through_the_callers_wrap(tmp_path: Path) ->
     finally:
         locks.free(built.lease)
     assert seen == [["/bin/sh", "-c", DEPS], ["/bin/sh", "-c", check], ["/bin/sh", "-c", check]]
+    # Each line is told what it may write: setup the venv it builds and its copy of the
+    # checkout; prepare the checkout and the run's own venv.
+    assert writes[0][1] == writes[1][1] == "setup-work"
+    assert writes[2] == [src.name, "venv"]
 
 
 def test_a_project_named_like_a_dependency_of_pytest_may_install_pytest(tmp_path: Path) -> None:
