@@ -314,8 +314,7 @@ def test_a_change_only_a_pin_reaches_counts_as_reached(tmp_path: Path) -> None:
         },
     )
     recorded = subprocess.run(
-        [sys.executable, "-m", "charpin_runner", "pins", "record", "--id", "shout"]
-        + ["--", "tool.py", "hello"],
+        [sys.executable, "-m", "charpin_runner", "pins", "record", "--id", "shout", "--", "tool.py", "hello"],
         cwd=repo,
         capture_output=True,
         text=True,
@@ -330,7 +329,7 @@ def test_a_change_only_a_pin_reaches_counts_as_reached(tmp_path: Path) -> None:
     diff = subprocess.run(["git", "-C", str(repo), "diff"], capture_output=True, check=True).stdout
     git(repo, "checkout", "-q", "--", "tool.py")
     code, report, _ = verify(repo, diff)
-    assert report["verdict"] == "ACCEPT", report["gates"]
+    assert report["verdict"] == "ACCEPT" and code == 0, report["gates"]
     gate, _ = behaviour(report)
     assert "every changed line ran" in gate["detail"] and "1 pin(s)" in gate["detail"]
     # The same change with the pin gone: nothing reaches it.
