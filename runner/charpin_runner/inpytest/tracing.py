@@ -106,6 +106,10 @@ class Tracer:
 
     def stop(self) -> None:
         if self._mode == "settrace":
+            if sys.gettrace() != self._global and not self.unavailable:
+                # coverage.py (pytest-cov) or a debugger installed its own function after
+                # ours: what ran after that is unknown, and unknown is never "not reached".
+                self.unavailable = "another tracer (coverage.py, a debugger) replaced charpin's"
             sys.settrace(None)
             threading.settrace(None)
         elif self._mode == "monitoring":
