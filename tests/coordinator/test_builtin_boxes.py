@@ -151,6 +151,8 @@ def test_venv_is_cached_by_dependency_files(git_repo: Path, tmp_path: Path) -> N
             keep=False,
             runner=runner_bundle(),
             repo_key="0123456789abcdef",
+            # The counter lives outside the venv, where the setup sandbox cannot write (rule 2).
+            sandbox="off",
         )
         target = BoxTarget(
             label="b",
@@ -215,6 +217,12 @@ def test_a_clean_box_whose_python_hangs_is_killed_at_its_deadline(tmp_path: Path
     assert not Path(f"/proc/{pid_file.read_text().strip()}").exists(), "the python still runs"
 
 
+def _commit(repo: Path) -> None:
+    """A host's python is taken from committed configuration only (rule 1)."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "config")
+
+
 def _bare_python() -> str:
     bare = "/usr/bin/python3"
     if (
@@ -242,6 +250,7 @@ def test_hosts_check_refuses_a_python_without_pytest_when_no_setup(
 ) -> None:
     bare = _bare_python()
     (git_repo / "pyproject.toml").write_text(f'[tool.charpin.hosts.clean]\npython = "{bare}"\n')
+    _commit(git_repo)
     assert main(["hosts", "check", "--repo", str(git_repo), "--hosts", "clean"]) == 4
     [bad] = [ln for ln in capsys.readouterr().out.splitlines() if " BAD " in ln]
     assert bad.startswith(f"[clean] BAD pytest: {bare} on clean cannot import pytest")
@@ -256,6 +265,7 @@ def test_hosts_check_does_not_ask_for_pytest_when_setup_installs_it(
         f'[tool.charpin]\nsetup = ["pip install pytest"]\n'
         f'[tool.charpin.hosts.clean]\npython = "{bare}"\n'
     )
+    _commit(git_repo)
     assert main(["hosts", "check", "--repo", str(git_repo), "--hosts", "clean"]) == 0
     assert "] ok  pytest:" not in (out := capsys.readouterr().out) and "BAD pytest" not in out
 
@@ -302,7 +312,8 @@ def test_clean_box_keeps_its_venv_between_runs(git_repo: Path, tmp_path: Path) -
     out = tmp_path / "runs"
     for run_id in ("first", "second"):
         argv = ["run", "--repo", str(git_repo), "--out", str(out), "--run-id", run_id]
-        code = main([*argv, "--hosts", "clean", "--json", "--timeout", "120"])
+        # --sandbox off: the counter lives outside the venv, where setup cannot write (rule 2).
+        code = main([*argv, "--hosts", "clean", "--json", "--timeout", "120", "--sandbox", "off"])
         assert code == 16  # one box is a vacuous comparison, and nothing else went wrong
         box = json.loads((out / run_id / "clean" / "box.json").read_text())
         assert box["status"] == "evaluated", box
@@ -449,6 +460,7 @@ def test_hosts_check_from_a_subfolder_reads_the_repository_config(
 ) -> None:
     bare = _bare_python()
     (git_repo / "pyproject.toml").write_text(f'[tool.charpin.hosts.clean]\npython = "{bare}"\n')
+    _commit(git_repo)
     monkeypatch.chdir(git_repo / "tests")
     assert main(["hosts", "check", "--hosts", "clean"]) == 4
     assert f"[clean] BAD pytest: {bare} on clean" in capsys.readouterr().out

@@ -334,7 +334,9 @@ def test_a_coordinator_killed_mid_run_leaves_nothing_running_on_the_box(
         f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)\n"
     )
     repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
-    proc = _spawn(repo, _ssh_config(tmp_path, [box]), "orphan")
+    # --sandbox off: the test reports its pid in a file outside the checkout, which the sandbox's
+    # view hides; without bwrap's PID namespace, the supervisor alone must leave nothing running.
+    proc = _spawn(repo, _ssh_config(tmp_path, [box]), "orphan", "--sandbox", "off")
     try:
         assert _wait(lambda: pid_file.exists() and pid_file.read_text(), 60)
         proc.kill()  # no Ctrl-C, no goodbye: the channel just ends
@@ -374,7 +376,7 @@ def test_every_box_step_runs_on_python_39(sshd_factory: SshdFactory, tmp_path: P
     assert not _left_on_box(box)
 
 
-def _spawn(repo: Path, config: Path, hosts: str) -> subprocess.Popen[bytes]:
+def _spawn(repo: Path, config: Path, hosts: str, *extra: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'runner'}{os.pathsep}{ROOT / 'coordinator'}")
     return subprocess.Popen(
         [
@@ -395,6 +397,7 @@ def _spawn(repo: Path, config: Path, hosts: str) -> subprocess.Popen[bytes]:
             "--json",
             "--timeout",
             "300",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -516,7 +519,9 @@ def test_repeats_and_frozen_re_runs_over_ssh_are_evidence_and_never_gate(
         extra_toml='[tool.charpin]\nledger = "flake-ledger.json"\n',
     )
     config = _ssh_config(tmp_path, boxes)
-    code, report, folder = _run(repo, config, "one,two", "--repeat", "3", "--include-frozen")
+    # --sandbox off: the flaky test's counter lives outside the checkout, hidden by the sandbox.
+    flags = ("--repeat", "3", "--include-frozen", "--sandbox", "off")
+    code, report, folder = _run(repo, config, "one,two", *flags)
     # Repeat 1 (the record) passed everywhere: the third repeat's failure does not gate.
     assert code == 0, report["exit_bits"]
     repeats = report["repeats"]

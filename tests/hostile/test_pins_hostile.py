@@ -146,6 +146,10 @@ if os.path.exists({arm!r}):
 def _charpin(
     repo: Path, *args: str, umask: int = 0o022, timeout: float = 300, runner: Path = ROOT / "runner"
 ) -> subprocess.CompletedProcess[str]:
+    # Without bubblewrap: these attacks arm from, and report to, files outside the repository,
+    # which the sandbox's view hides (rule 2). What is tested here is the supervisor's own
+    # containment, which is all there is on a box without bwrap.
+    args = (args[0], "--sandbox", "off", *args[1:]) if args[0] in ("record", "check") else args
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(runner)
     return subprocess.run(

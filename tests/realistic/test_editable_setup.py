@@ -93,9 +93,10 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def _run(repo: Path, runs: Path, run_id: str) -> tuple[int, dict, dict]:
-    code = main(
-        ["run", "--repo", str(repo), "--hosts", "clean", "--out", str(runs), "--run-id", run_id]
-    )
+    # --sandbox off: the venv reaches this interpreter's pytest through a .pth naming its
+    # site-packages, which the sandbox's view of a run does not show (rule 2).
+    argv = ["run", "--repo", str(repo), "--hosts", "clean", "--out", str(runs), "--run-id", run_id]
+    code = main([*argv, "--sandbox", "off"])
     report = json.loads((runs / run_id / "drift.json").read_text())
     receipt_path = runs / run_id / "clean" / "receipt.json"
     receipt = json.loads(receipt_path.read_text()) if receipt_path.exists() else {}

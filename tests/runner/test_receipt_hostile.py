@@ -21,6 +21,12 @@ FIXTURE = "tests/fixtures/rates.json"
 ORIGINAL = '{"vat": "0.20"}\n'
 
 
+# Without bubblewrap: what these attacks reach (a gate or marker outside the repository, the
+# repository's .git) the sandbox's view hides or makes read-only, so under it they fail before
+# they start. What they test is the parent's own defence, all there is on a box without bwrap.
+BARE = ("--sandbox", "off")
+
+
 def hostile_repo(tmp_path: Path, body: str) -> Path:
     """A committed repository with one fixture and one test module with body."""
     return make_repo(
@@ -104,7 +110,7 @@ def test_a_background_process_cannot_edit_a_fixture_after_the_session(tmp_path: 
         f"    late = subprocess.Popen([sys.executable, '-c', {late!r}], stdout=subprocess.PIPE)\n"
         "    assert late.stdout.readline() == b'waiting\\n'\n",
     )
-    result = charpin(repo)
+    result = charpin(repo, *BARE)
     assert result.returncode == 0, result.stderr
     assert only_receipt(repo)["fixtures"]["changed"] == []
     assert live_in(repo) == []
@@ -154,7 +160,7 @@ def test_a_git_hook_planted_by_a_test_never_runs_in_the_parent(tmp_path: Path) -
         f"{str(hook)!r}], check=True)\n"
         "    pathlib.Path('.gitattributes').write_text('* filter=evil\\n')\n",
     )
-    result = charpin(repo)
+    result = charpin(repo, *BARE)
     # The planted config is evidence: the run is incomplete, and nothing of it ran.
     assert result.returncode == 2, result.stderr
     assert not marker.exists()
@@ -176,7 +182,7 @@ def test_a_test_that_rewrites_git_head(tmp_path: Path) -> None:
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "third")
     third = git(repo, "rev-parse", "HEAD")
-    charpin(repo)
+    charpin(repo, *BARE)
     identity = only_receipt(repo)["identity"]
     assert (identity["head_before"], identity["head_after"]) == (third, first)
     assert identity["tree_before"] != identity["tree_after"]
@@ -262,7 +268,7 @@ def test_a_signal_to_charpin_still_writes_an_interrupted_receipt(
 
 def test_a_test_that_breaks_the_repository_still_gets_a_receipt(tmp_path: Path) -> None:
     repo = hostile_repo(tmp_path, "def test_break():\n    open('.git/HEAD', 'w').write('junk')\n")
-    result = charpin(repo)
+    result = charpin(repo, *BARE)
     assert result.returncode == 2, result.stderr
     receipt = only_receipt(repo)
     assert receipt["identity"]["head_after"] == "unresolved"

@@ -37,7 +37,8 @@ _pins_path = os.environ.pop("CHARPIN_PINS_PATH", None)
 # What the modes below use, imported now, while the repository is not on sys.path: a file of
 # the checkout named like one of them must not stand in for it.
 import atexit
-if sys.argv[1:2] == ["-m"]:
+# "--argv0 NAME" may come first (see below): look past it for -m.
+if sys.argv[1:2] == ["-m"] or (sys.argv[1:2] == ["--argv0"] and sys.argv[3:4] == ["-m"]):
     import runpy
 _trace = os.environ.pop("CHARPIN_TRACE_LINES", None)
 if _trace is not None:

@@ -76,12 +76,41 @@ def _verify(repo: Path, program: str, run_id: str) -> tuple[int, dict[str, Any]]
     return code, json.loads((out / run_id / "verify.json").read_text())
 
 
+def _pin(repo: Path, *record: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "charpin_runner", "pins", "record", *record],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "another pin")
+
+
 def test_swapping_two_independent_env_checks_is_accepted(repo: Path) -> None:
+    # A second pin without FORCE_COLOR reaches the statement after the moved check: with it,
+    # every changed statement ran under both versions (#19).
+    _pin(repo, "--id", "plain", "--", "color.py")
     code, report = _verify(repo, PROGRAM.replace(CHECKS + FORCE, FORCE + CHECKS), "swap")
     assert report["verdict"] == "ACCEPT", report["observations"]
     assert code == 0
     behaviour = [g for g in report["gates"] if g["gate"] == "Behaviour"]
     assert [g["status"] for g in behaviour] == ["PASS"]
+
+
+def test_the_swap_that_no_pin_reaches_is_incomplete_not_new_input(repo: Path) -> None:
+    # Only the forced pin: after the swap it returns before the statement the moved check sat
+    # in front of, so no evidence reaches that change (it differs with NO_COLOR and FORCE_COLOR
+    # both set). Fewer keys read is still no new input: the verdict is INCOMPLETE, never REJECT.
+    code, report = _verify(repo, PROGRAM.replace(CHECKS + FORCE, FORCE + CHECKS), "swap-alone")
+    assert report["verdict"] == "INCOMPLETE", report["observations"]
+    [unreached] = [o for o in report["observations"] if o["gate"] == "Behaviour"]
+    assert unreached["item"] == "color.py:can_colorize"
+    assert "no test ran it" in unreached["what"] and "lines 12" in unreached["what"]
+    assert not [g for g in report["gates"] if g["status"] == "FAIL"], report["gates"]
+    assert code == 16
 
 
 def test_reading_a_new_key_is_still_new_input(repo: Path) -> None:
