@@ -90,6 +90,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="record the arguments of calls into this function (repeatable; charpin verify).",
     )
     group.addoption(
+        "--charpin-entries",
+        dest="charpin_entries",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="record the arguments of calls into the production code under this repository "
+        "path made from outside it (repeatable; charpin verify).",
+    )
+    group.addoption(
+        "--charpin-entries-skip",
+        dest="charpin_entries_skip",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="a path under --charpin-entries that is not production code (repeatable).",
+    )
+    group.addoption(
         "--charpin-root",
         dest="charpin_root",
         metavar="DIR",
@@ -131,7 +148,12 @@ def _trace_early(early_config: pytest.Config) -> None:
         return
     cover = list(getattr(namespace, "charpin_cover", None) or [])
     capture = list(getattr(namespace, "charpin_capture", None) or [])
-    traced.start_early(str(Path(early_config.invocation_params.dir, root)), cover, capture)
+    entries = (
+        list(getattr(namespace, "charpin_entries", None) or []),
+        list(getattr(namespace, "charpin_entries_skip", None) or []),
+    )
+    where = str(Path(early_config.invocation_params.dir, root))
+    traced.start_early(where, cover, capture, entries)
 
 
 def _conftest_failed(early_config: pytest.Config, exc: BaseException) -> None:

@@ -96,7 +96,8 @@ class ProbeData:
     # Per test id that ran subtests: their counts and the first failing ones.
     subtests: dict[str, Subtests] = field(default_factory=dict)
     # verify: the calls captured into the changed functions, and what ran of the changed files.
-    calls: list[tuple[str, str, str]] = field(default_factory=list)  # function, test, args
+    # function, test, args, and whether it is an entry call (into production from outside it)
+    calls: list[tuple[str, str, str, bool]] = field(default_factory=list)
     lines: dict[str, list[int]] = field(default_factory=dict)
     not_kept: dict[str, dict[str, int]] = field(default_factory=dict)
     untraced: str = ""
@@ -320,7 +321,8 @@ def _read_unverified(data: ProbeData, record: dict[str, Any]) -> None:
 
 
 def _read_call(data: ProbeData, record: dict[str, Any]) -> None:
-    data.calls.append((_str(record["function"]), _str(record.get("test", "")), _str(record["args"])))
+    function, test, args = _str(record["function"]), _str(record.get("test", "")), _str(record["args"])
+    data.calls.append((function, test, args, record.get("entry") is True))
 
 
 def _read_coverage(data: ProbeData, record: dict[str, Any]) -> None:

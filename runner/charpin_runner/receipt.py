@@ -308,6 +308,9 @@ class CapturedCall:
     function: str  # path::qualname
     test: str  # the test during which it was made
     args: str
+    # A call into production code made from outside it (a test calling the API), captured
+    # whatever the patch changed (added in 0.4 with `--entries`); else a changed function's.
+    entry: bool = False
 
 
 @dataclass(frozen=True)

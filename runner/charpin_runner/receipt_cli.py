@@ -146,6 +146,21 @@ def add_parsers(sub: Any) -> None:
         "calls; repeatable)",
     )
     add(
+        "--entries",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="record the arguments of the tests' calls into the production code under this "
+        "path (a folder or file; verify's entry calls; repeatable)",
+    )
+    add(
+        "--entries-skip",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="a path under --entries that is not production code (a test folder; repeatable)",
+    )
+    add(
         "--differential",
         metavar="JOB",
         type=Path,
@@ -280,6 +295,8 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
         include_frozen=bool(args.include_frozen),
         cover=[_repo_path(p, "--cover") for p in args.cover],
         capture=[_capture(p) for p in args.capture],
+        entries=[_repo_path(p, "--entries") for p in args.entries],
+        entries_skip=[_repo_path(p, "--entries-skip") for p in args.entries_skip],
         differential=args.differential,
         watch_given=watch_given(repo, Path(args.config_json) if args.config_json else None),
         extra=extra,

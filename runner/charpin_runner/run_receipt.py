@@ -84,6 +84,9 @@ class Request:
     # whose calls are captured (Tracing).
     cover: list[str] = field(default_factory=list)
     capture: list[str] = field(default_factory=list)
+    # Production paths whose entry calls are captured, and paths under them that are not.
+    entries: list[str] = field(default_factory=list)
+    entries_skip: list[str] = field(default_factory=list)
     # verify's judged run: the calls to replay on the base and patched versions (a job file).
     differential: Path | None = None
 
@@ -191,13 +194,13 @@ def _tracing(
 ) -> Tracing | None:
     """What the probe traced of the files verify asked about, calls numbered per function,
     with the lines the pins ran."""
-    if not request.cover and not request.capture:
+    if not request.cover and not request.capture and not request.entries:
         return None
     numbered: dict[str, int] = {}
     calls = []
-    for function, test, args in probe.calls:
+    for function, test, args, entry in probe.calls:
         numbered[function] = numbered.get(function, 0) + 1
-        calls.append(CapturedCall(f"{function}#{numbered[function]}", function, test, args))
+        calls.append(CapturedCall(f"{function}#{numbered[function]}", function, test, args, entry))
     untraced = probe.untraced or ("" if probe.started else "the probe did not start")
     every = set(request.cover) | set(probe.lines) | set(pin_lines)
     return Tracing(

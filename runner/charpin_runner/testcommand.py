@@ -30,6 +30,7 @@ def build(
     frozen_only: bool = False,
     cover: list[str] | None = None,
     capture: list[str] | None = None,
+    entries: tuple[list[str], list[str]] = ([], []),
 ) -> list[str]:
     """The full test command line: the configured command plus the probe plugin's options.
     record is the probe's --charpin-receipt value (a path, or `fd:N` for the parent's pipe)."""
@@ -48,6 +49,8 @@ def build(
     argv += [f"--charpin-today={day}", "-p", "no:cacheprovider"]
     argv += [f"--charpin-cover={path}" for path in cover or []]
     argv += [f"--charpin-capture={target}" for target in capture or []]
+    argv += [f"--charpin-entries={path}" for path in entries[0]]
+    argv += [f"--charpin-entries-skip={path}" for path in entries[1]]
     return argv + list(config.pytest_args) + list(extra)
 
 

@@ -64,6 +64,7 @@ def run_tests(
                 # The side run of frozen tests is no evidence about the patch's code.
                 cover=[] if frozen_only else request.cover,
                 capture=[] if frozen_only else request.capture,
+                entries=([], []) if frozen_only else (request.entries, request.entries_skip),
             )
             env = testcommand.environment()
             path = env.get("PATH", os.defpath)

@@ -62,6 +62,8 @@ class RunPlan:
     # `verify` (#19): what the probe traces, and the differential job for the judged run.
     cover: Sequence[str] = ()
     capture: Sequence[str] = ()
+    entries: Sequence[str] = ()
+    entries_skip: Sequence[str] = ()
     differential: bytes = b""
 
 
@@ -306,6 +308,8 @@ class _Pipeline:
             "hidden": list(self.target.hidden),
             "cover": list(self.plan.cover),
             "capture": list(self.plan.capture),
+            "entries": list(self.plan.entries),
+            "entries_skip": list(self.plan.entries_skip),
         }
         self.launched = True
         # The agent enforces the deadline itself; this wait only outlives it.

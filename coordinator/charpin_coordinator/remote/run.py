@@ -98,6 +98,9 @@ class Options:
     # captures, and the differential job (calls to replay on base and patched, JSON).
     cover: tuple[str, ...] = ()
     capture: tuple[str, ...] = ()
+    # Production paths whose entry calls (from the tests into the API) the base run captures.
+    entries: tuple[str, ...] = ()
+    entries_skip: tuple[str, ...] = ()
     differential: bytes = b""
 
 
@@ -170,6 +173,8 @@ def plan(options: Options) -> Planned:
         include_frozen=options.include_frozen,
         cover=options.cover,
         capture=options.capture,
+        entries=options.entries,
+        entries_skip=options.entries_skip,
         differential=options.differential,
     )
     if ssh_import is not None:

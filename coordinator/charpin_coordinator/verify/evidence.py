@@ -21,8 +21,8 @@ import base64
 import json
 import re
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from charpin_runner.receipt import Differential, Receipt
@@ -32,6 +32,8 @@ from charpin_coordinator.verify.scope import Scope
 
 # At most this many calls per function go into the job, whatever the boxes captured.
 JOB_CALLS_PER_FUNCTION = 20
+# Entry calls (the tests' calls into the production code, whatever the patch changed): fewer.
+JOB_ENTRY_CALLS = 5
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class Changed:
     capture: list[str]  # PATH::QUALNAME of the changed functions as the base has them
     added: dict[str, set[int]]  # file -> lines the patch adds or changes there
     base_files: dict[str, str | None]  # file -> its base content (base64), None: new file
+    # The production code whose entry calls the base run captures (top-level folders and
+    # files holding production Python), and the test-side paths inside them.
+    entries: list[str] = field(default_factory=list)
+    entries_skip: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,71 @@ def found(repo: Path, judged: str, what: Changed, receipt: Receipt) -> Found:
 
 
 def changed(
-    repo: Path, base: str, judged: str, production: Sequence[str], base_functions: Sequence[str]
+    repo: Path,
+    base: str,
+    judged: str,
+    production: Sequence[str],
+    base_functions: Sequence[str],
+    test_side: Callable[[str], bool] | None = None,
+    changed_paths: Sequence[str] = (),
 ) -> Changed:
-    """The patch's production changes between base and the judged commit."""
+    """The patch's production changes between base and the judged commit. test_side and
+    changed_paths (every path the patch changes): when the patch changes production code at
+    all, the base run also captures the tests' entry calls into it (a data file, compiled code
+    or module-level code changes what functions return without changing a function)."""
     tree = gitread.tree_files(repo, judged)
     base_tree = gitread.tree_files(repo, base)
+    made = _changed(repo, base, judged, production, base_functions, tree, base_tree)
+    elsewhere = [p for p in changed_paths if test_side is not None and not test_side(p)]
+    if test_side is None or not elsewhere:
+        return made
+    entries, skip = entry_roots(base_tree, test_side)
+    # The replay's base tree needs every production file as the base has it, not only Python.
+    files = dict(made.base_files)
+    wanted = {p: base_tree[p][1] for p in elsewhere if p not in files and p in base_tree}
+    wanted = {p: sha for p, sha in wanted.items() if base_tree[p][0] in gitread.REGULAR}
+    blobs = gitread.blobs(repo, wanted.values())
+    files.update({p: base64.b64encode(blobs[sha]).decode("ascii") for p, sha in wanted.items()})
+    files.update({p: None for p in elsewhere if p not in files and p not in base_tree})
+    return replace(made, entries=entries, entries_skip=skip, base_files=files)
+
+
+def entry_roots(
+    tree: dict[str, tuple[str, str]], test_side: Callable[[str], bool]
+) -> tuple[list[str], list[str]]:
+    """(top-level folders and files holding production Python, test-side paths inside them)."""
+    python = [p for p, (mode, _) in tree.items() if p.endswith(".py") and mode in gitread.REGULAR]
+    production = [p for p in python if not test_side(p)]
+    tops = sorted({p.split("/", 1)[0] + ("/" if "/" in p else "") for p in production})
+    roots = [t.rstrip("/") for t in tops]
+    inside = [p for p in python if test_side(p) and p.split("/", 1)[0] in roots]
+    return roots, sorted(_fold(inside, test_side))
+
+
+def _fold(paths: list[str], test_side: Callable[[str], bool]) -> set[str]:
+    """Test-side files as few paths as can be: a folder whose every Python file is test side."""
+    out: set[str] = set()
+    for path in paths:
+        parts = path.split("/")
+        folder = path
+        for depth in range(1, len(parts)):
+            candidate = "/".join(parts[:depth])
+            if test_side(candidate + "/"):
+                folder = candidate
+                break
+        out.add(folder)
+    return out
+
+
+def _changed(
+    repo: Path,
+    base: str,
+    judged: str,
+    production: Sequence[str],
+    base_functions: Sequence[str],
+    tree: dict[str, tuple[str, str]],
+    base_tree: dict[str, tuple[str, str]],
+) -> Changed:
     cover = sorted(p for p in production if p in tree and tree[p][0] in gitread.REGULAR)
     added: dict[str, set[int]] = {}
     if cover:
@@ -115,7 +181,8 @@ def job(receipts: Iterable[Receipt], what: Changed) -> bytes:
             continue
         for call in traced.calls:
             key = (call.function, call.args)
-            if key in seen or counts.get(call.function, 0) >= JOB_CALLS_PER_FUNCTION:
+            most = JOB_ENTRY_CALLS if call.entry else JOB_CALLS_PER_FUNCTION
+            if key in seen or counts.get(call.function, 0) >= most:
                 continue
             seen.add(key)
             counts[call.function] = counts.get(call.function, 0) + 1

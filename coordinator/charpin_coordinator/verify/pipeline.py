@@ -118,7 +118,15 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     facts = _facts(repo, made, base_config.table, protected_paths, options.max_changed, how, scope)
     # Behaviour beyond the asserts (#19): the base run captures the calls into the changed
     # functions; the judged run traces the changed files and replays those calls on both.
-    what = evidence.changed(repo, made.base, runs, evidence.production(scope), scope.base_functions)
+    what = evidence.changed(
+        repo,
+        made.base,
+        runs,
+        evidence.production(scope),
+        scope.base_functions,
+        test_side=how.side.covers,
+        changed_paths=made.changed,
+    )
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():
@@ -140,9 +148,13 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         # checkout to write, and the base is measured the same way.
         confine=True,
         capture=tuple(what.capture),
+        entries=tuple(what.entries),
+        entries_skip=tuple(what.entries_skip),
     )
     notes: list[str] = []
-    config_sha = _config_sha(base_config.table, what.capture)
+    config_sha = _config_sha(
+        base_config.table, [*what.capture, *what.entries, *what.entries_skip]
+    )
     reused = (
         _reusable_base(repo, made.base, config_sha, options, notes) if options.reuse_base else None
     )
@@ -153,6 +165,8 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         run_id="patched",
         patch_sha256=made.patch_sha256,
         capture=(),
+        entries=(),
+        entries_skip=(),
         cover=tuple(what.cover),
         differential=_job(base_run, what),
     )
@@ -176,7 +190,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     found = {
         o.label: evidence.found(repo, runs, what, o.receipt)
         for o in patched_run.outcomes
-        if o.receipt is not None and what.cover
+        if o.receipt is not None and (what.cover or what.entries)
     }
     report = judge(made, base_run, patched_run, facts, ran=runs, own=own_run, how=how, beyond=found)
     report = msgspec.structs.replace(report, own_ran=own_commit)
@@ -308,7 +322,7 @@ def _evidence(label: str, found: evidence.Found) -> Evidence:
 def _job(base_run: RunResult, what: evidence.Changed) -> bytes:
     """The differential job for the judged run, from every box's base receipt ("" when the
     patch changes no function the base's tests could call)."""
-    if not what.capture:
+    if not what.capture and not what.entries:
         return b""
     receipts = [o.receipt for o in base_run.outcomes if o.receipt is not None]
     return evidence.job(receipts, what)

@@ -106,6 +106,10 @@ def receipt_argv(
         argv += ["--cover", str(path)]
     for target in request.get("capture") or []:
         argv += ["--capture", str(target)]
+    for path in request.get("entries") or []:
+        argv += ["--entries", str(path)]
+    for path in request.get("entries_skip") or []:
+        argv += ["--entries-skip", str(path)]
     if request.get("patch_sha256"):
         argv += ["--patch-sha256", str(request["patch_sha256"])]
     if request.get("host_key_fingerprint"):

@@ -29,12 +29,17 @@ def targets(values: list[str]) -> list[Target]:
 _early: list[Tracer] = []
 
 
-def start_early(root: str, cover: list[str], capture: list[str]) -> None:
+def start_early(
+    root: str,
+    cover: list[str],
+    capture: list[str],
+    entries: tuple[list[str], list[str]] = ([], []),
+) -> None:
     """Trace from before the initial conftests import anything: a conftest that imports the
     code under test runs its module-level lines before any session starts."""
-    if _early or (not cover and not capture):
+    if _early or (not cover and not capture and not entries[0]):
         return
-    tracer = Tracer(root, list(cover), targets(list(capture)), lambda: "")
+    tracer = Tracer(root, list(cover), targets(list(capture)), lambda: "", entries=entries)
     tracer.start()
     _early.append(tracer)
 
@@ -48,7 +53,11 @@ class TracingHooks(ProbeState):
     def _start_tracing(self) -> None:
         cover = list(self.config.getoption("charpin_cover") or [])
         capture = targets(list(self.config.getoption("charpin_capture") or []))
-        if not cover and not capture:
+        entries = (
+            list(self.config.getoption("charpin_entries") or []),
+            list(self.config.getoption("charpin_entries_skip") or []),
+        )
+        if not cover and not capture and not entries[0]:
             return
         if _early:
             tracer = _early.pop()
@@ -65,12 +74,19 @@ class TracingHooks(ProbeState):
             capture,
             lambda: self.current_test,
             None if self.is_worker else self._emit_call,
+            entries=entries,
         )
         self.tracer.start()
 
     def _emit_call(self, call: Captured) -> None:
         self._emit(
-            {"kind": "call", "function": call.function, "test": call.test, "args": call.args}
+            {
+                "kind": "call",
+                "function": call.function,
+                "test": call.test,
+                "args": call.args,
+                "entry": call.entry,
+            }
         )
 
     def _finish_tracing(self) -> None:
@@ -88,7 +104,13 @@ class TracingHooks(ProbeState):
         if self.is_worker:
             self.worker_out["coverage"] = record
             self.worker_out["calls"] = [
-                {"kind": "call", "function": c.function, "test": c.test, "args": c.args}
+                {
+                    "kind": "call",
+                    "function": c.function,
+                    "test": c.test,
+                    "args": c.args,
+                    "entry": c.entry,
+                }
                 for c in traced.calls
             ]
         else:

@@ -25,6 +25,13 @@ from typing import Any, Optional
 CALLS_PER_FUNCTION = 20
 CALL_BYTES = 256 * 1024  # one call's pickled arguments
 TOTAL_BYTES = 4 * 1024 * 1024
+# Entry calls: calls into production code made from outside it (a test calling the API). A
+# few per function, for a bounded number of functions, in a byte budget of their own.
+ENTRY_CALLS_PER_FUNCTION = 5
+ENTRY_FUNCTIONS = 200
+ENTRY_BYTES = 4 * 1024 * 1024
+# Code objects whose calls cannot be replayed alone: generators, coroutines, async generators.
+_NOT_REPLAYABLE = 0x20 | 0x80 | 0x100 | 0x200
 _TOOL = 4  # sys.monitoring tool id (the last of the free ones: 0-5 are for tools)
 
 
@@ -44,6 +51,7 @@ class Captured:
     function: str  # path::qualname
     test: str
     args: str  # base64 of the pickled (positional, keyword) arguments
+    entry: bool = False  # a call into production code from outside it (not a changed function)
 
 
 @dataclass
@@ -67,9 +75,17 @@ class Tracer:
         capture: list[Target],
         current_test: Callable[[], str],
         on_call: Optional[Callable[[Captured], None]] = None,
+        entries: tuple[list[str], list[str]] = ([], []),
     ) -> None:
         self.root = root
         self.files = {self._real(p): p for p in cover}
+        # Production code whose entry calls are captured (path prefixes, and the prefixes
+        # inside them that are not production: a test folder inside the package).
+        self.entry_roots = tuple(self._real(p) for p in entries[0])
+        self.entry_skip = tuple(self._real(p) for p in entries[1])
+        self._entry_seen: dict[str, Optional[str]] = {}
+        self._entry_bytes = 0
+        self._entries: set[str] = set()
         self.wanted: dict[tuple[str, str], Target] = {}
         for target in capture:
             self.files.setdefault(self._real(target.path), target.path)
@@ -91,7 +107,7 @@ class Tracer:
     # -- installing ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        if not self.files:
+        if not self.files and not self.entry_roots:
             return
         monitoring = getattr(sys, "monitoring", None)
         if monitoring is not None and monitoring.get_tool(_TOOL) is None:
@@ -126,10 +142,16 @@ class Tracer:
 
         def started(code: Any, offset: int) -> Any:
             real = self._file_of(code)
-            if real is None:
+            entry = self._entry_of(code.co_filename)
+            if real is None and entry is None:
                 return disable
-            monitoring.set_local_events(_TOOL, code, events.LINE)
-            self._maybe_capture(code, sys._getframe(1), real)
+            frame = sys._getframe(1)
+            captured = False
+            if real is not None:
+                monitoring.set_local_events(_TOOL, code, events.LINE)
+                captured = self._maybe_capture(code, frame, real)
+            if entry is not None and not captured:
+                self._maybe_entry(code, frame, entry)
             return None
 
         def line(code: Any, number: int) -> Any:
@@ -148,9 +170,14 @@ class Tracer:
         if event != "call":
             return None
         real = self._file_of(frame.f_code)
+        entry = self._entry_of(frame.f_code.co_filename)
+        captured = False
+        if real is not None:
+            captured = self._maybe_capture(frame.f_code, frame, real)
+        if entry is not None and not captured:
+            self._maybe_entry(frame.f_code, frame, entry)
         if real is None:
             return None
-        self._maybe_capture(frame.f_code, frame, real)
         lines = self.traced.lines.setdefault(self.files[real], set())
         lines.add(frame.f_lineno)
 
@@ -172,16 +199,37 @@ class Tracer:
             self._seen[name] = found
         return found
 
-    def _maybe_capture(self, code: Any, frame: Any, real: str) -> None:
+    def _entry_of(self, name: str) -> Optional[str]:
+        """The repository path of a production file whose entry calls are captured, or None."""
+        if not self.entry_roots:
+            return None
+        found = self._entry_seen.get(name, "?")
+        if found == "?":
+            found = None
+            real = os.path.realpath(name) if name and not name.startswith("<") else ""
+            if real.endswith(".py") and _under(real, self.entry_roots):
+                if not _under(real, self.entry_skip):
+                    found = os.path.relpath(real, os.path.realpath(self.root)).replace(os.sep, "/")
+            self._entry_seen[name] = found
+        return found
+
+    def _maybe_entry(self, code: Any, frame: Any, path: str) -> None:
+        """Capture a call into production code made from outside it (by a test, a fixture,
+        pytest): the calls the base's tests make into the API, whatever the patch changed."""
         qualname = getattr(code, "co_qualname", code.co_name)
-        target = self.wanted.get((real, qualname))
-        if target is None:
-            return
-        function = f"{target.path}::{target.qualname}"
+        if "<" in qualname or code.co_flags & _NOT_REPLAYABLE:
+            return  # a module body, a lambda, a nested function or a generator: not replayable
+        caller = frame.f_back
+        if caller is not None and self._entry_of(caller.f_code.co_filename) is not None:
+            return  # production calling production: only the way in is an entry
+        function = f"{path}::{qualname}"
         with self._lock:
             count = self._counts.get(function, 0)
+            if count == 0 and self._entry_functions() >= ENTRY_FUNCTIONS:
+                self._drop(function, "budget")
+                return
             self._counts[function] = count + 1
-            if count >= CALLS_PER_FUNCTION or self._bytes >= TOTAL_BYTES:
+            if count >= ENTRY_CALLS_PER_FUNCTION or self._entry_bytes >= ENTRY_BYTES:
                 self._drop(function, "budget")
                 return
         try:
@@ -192,12 +240,45 @@ class Tracer:
         if len(data) > CALL_BYTES:
             self._drop(function, "budget")
             return
+        call = Captured(function, self.current_test(), base64.b64encode(data).decode("ascii"), True)
+        with self._lock:
+            self._entry_bytes += len(data)
+            self._entries.add(function)
+            self.traced.calls.append(call)
+        if self.on_call is not None:
+            self.on_call(call)
+
+    def _entry_functions(self) -> int:
+        return len(self._entries)
+
+    def _maybe_capture(self, code: Any, frame: Any, real: str) -> bool:
+        """Capture a call into a changed function; True when the function is one."""
+        qualname = getattr(code, "co_qualname", code.co_name)
+        target = self.wanted.get((real, qualname))
+        if target is None:
+            return False
+        function = f"{target.path}::{target.qualname}"
+        with self._lock:
+            count = self._counts.get(function, 0)
+            self._counts[function] = count + 1
+            if count >= CALLS_PER_FUNCTION or self._bytes >= TOTAL_BYTES:
+                self._drop(function, "budget")
+                return True
+        try:
+            data = pickle.dumps(_arguments(code, frame), protocol=4)
+        except Exception:  # any object that will not pickle: the call is counted, not kept
+            self._drop(function, "uncopyable")
+            return True
+        if len(data) > CALL_BYTES:
+            self._drop(function, "budget")
+            return True
         call = Captured(function, self.current_test(), base64.b64encode(data).decode("ascii"))
         with self._lock:
             self._bytes += len(data)
             self.traced.calls.append(call)
         if self.on_call is not None:
             self.on_call(call)
+        return True
 
     def _drop(self, function: str, why: str) -> None:
         counts = self.traced.dropped.setdefault(function, {})
@@ -220,3 +301,7 @@ def _arguments(code: Any, frame: Any) -> tuple[list[Any], dict[str, Any]]:
     if flags & 0x08:  # CO_VARKEYWORDS
         kwargs.update(values.get(names[at], {}))
     return args, kwargs
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
