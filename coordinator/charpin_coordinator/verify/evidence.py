@@ -57,6 +57,9 @@ class Found:
     unreached: list[str]  # changed statements no test ran, `file:function lines 3-4`
     differential: Differential | None  # the replayed calls (None: no job was sent)
     untraced: str = ""  # why the run could not trace (another tracer held the hook), or ""
+    # The changed functions (PATH::QUALNAME): the replays the report lists one by one when not
+    # compared; an entry call into an unchanged function that cannot be compared is only counted.
+    changed: frozenset[str] = frozenset()
 
 
 def production(scope: Scope) -> list[str]:
@@ -75,6 +78,7 @@ def found(repo: Path, judged: str, what: Changed, receipt: Receipt) -> Found:
         unreached=unreached(repo, judged, what, receipt) if not untraced else [],
         differential=receipt.differential,
         untraced=untraced,
+        changed=frozenset(what.capture),
     )
 
 

@@ -305,7 +305,9 @@ def _evidence(label: str, found: evidence.Found) -> Evidence:
     compared = found.differential
     replayed = compared.replayed if compared is not None else []
     not_compared = dict(compared.not_compared) if compared is not None else {}
-    not_compared.update({r.id: r.why for r in replayed if r.verdict == "not compared"})
+    not_compared.update(
+        {r.id: r.why for r in replayed if r.verdict == "not compared" and r.function in found.changed}
+    )
     return Evidence(
         box=label,
         compared=sum(1 for r in replayed if r.verdict in ("same", "differs")),

@@ -229,7 +229,8 @@ def test_a_function_returning_what_cannot_be_compared_is_reported_not_compared(
     patch = edited(shop, "        yield [item]\n", "        yield [item, item]\n")
     _, report, _ = verify(shop, patch)
     [box] = report["evidence"]
-    assert box["compared"] == 0
+    # What is compared are the tests' entry calls into the other functions of pricing.py.
+    assert box["compared"] >= 1
     [(call, why)] = [(k, v) for k, v in box["not_compared"].items() if "batches" in k]
     assert call == "pricing.py::batches#1"
     assert "cannot be compared" in why and "generator" in why
