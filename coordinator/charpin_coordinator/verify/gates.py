@@ -297,13 +297,27 @@ def _behaviour(label: str, base: Receipt, patched: Receipt) -> tuple[VerifyGate,
     return _gate("Behaviour", label, "PASS", f"{len(after)} pin(s) byte for byte as on base"), []
 
 
+# A program that now returns another exit code cleanly left no traceback to inspect.
+CLEAN_EXIT_ACTION = "exit code drift: the program now exits {code} without a traceback; stop and see why"
+
+
 def _pin_drift(label: str, result: PinResult) -> Observation:
     kind = result.failure_class or "error"
     action = PIN_ACTIONS.get(kind, PIN_ACTIONS["error"])
+    if kind == "exit-code" and not _crashed(result):
+        action = CLEAN_EXIT_ACTION.format(code=result.exit_code)
     what = f"{result.status} ({kind})"
     return Observation(
         gate="Behaviour", box=label, item=result.id, what=what, action=action, detail=result.detail
     )
+
+
+def _crashed(result: PinResult) -> bool:
+    """Whether the patched pin's stderr, as the box brought it back, holds a traceback."""
+    stderr = [a for a in result.actual if a.name == "stderr"]
+    if not stderr:
+        return True  # nothing came back: the traceback may be there, say so
+    return "Traceback (most recent call last)" in stderr[0].text
 
 
 def _tests(label: str, base: Receipt, patched: Receipt) -> tuple[VerifyGate, list[Observation]]:

@@ -77,6 +77,8 @@ def _plugins(config: pytest.Config) -> list[str]:
     from_dists = set()
     for plugin, dist in pm.list_plugin_distinfo():
         from_dists.add(id(plugin))
+        if _is_probe(plugin):
+            continue
         # dist.project_name and dist.version each parse the METADATA file again.
         meta = dist.metadata
         names.add(f"{meta['name']}-{meta['version']}")
@@ -87,5 +89,15 @@ def _plugins(config: pytest.Config) -> list[str]:
         file = getattr(plugin, "__file__", None) or ""
         if module.startswith("_pytest.") or os.path.basename(file) == "conftest.py":
             continue
+        if _is_probe(plugin):
+            continue
         names.add(module)
     return sorted(names)
+
+
+def _is_probe(plugin: object) -> bool:
+    """charpin's own probe is no plugin of the project's: one box loads it as `-p
+    charpin_runner.plugin`, another through the installed charpin-remote's entry point, and
+    listing it would show every such pair of boxes as plugin drift."""
+    name = getattr(plugin, "__name__", "")
+    return isinstance(name, str) and (name == "charpin_runner" or name.startswith("charpin_runner."))

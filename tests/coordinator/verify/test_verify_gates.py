@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from charpin_coordinator.verify import gates
 from charpin_coordinator.verify.report import WHOLE_PATCH
-from charpin_runner.receipt import Deselected, PinResult, Pins
+from charpin_runner.receipt import ActualOutput, Deselected, PinResult, Pins
 
 from tests.receipt_factory import IDS, change, make_receipt
 
@@ -63,6 +63,22 @@ def test_a_pin_green_on_base_and_red_on_patched_fails_behaviour_with_its_action(
     [drift] = seen
     assert drift.item == "p1" and drift.detail == ["-old", "+new"]
     assert "a one-cent drift is a failed extract" in drift.action
+
+
+@pytest.mark.parametrize(
+    ("stderr", "action"),
+    [
+        ("usage: tool [-h]\n", "the program now exits 2 without a traceback; stop and see why"),
+        ("Traceback (most recent call last):\n  ...\nKeyError: 'x'\n", "inspect the traceback"),
+    ],
+)
+def test_an_exit_code_drift_says_traceback_only_when_there_is_one(stderr: str, action: str) -> None:
+    base = change(make_receipt("clean"), pins=pins(("p1", "passed", None)))
+    red = PinResult("p1", "failed", 2, "", "", {}, "exit-code", ["-exit 0", "+exit 2"])
+    red = replace(red, actual=[ActualOutput("stderr", stderr, len(stderr), True)])
+    after = change(base, pins=Pins("pins.jsonl", True, [red]))
+    _, [drift] = gates.box_gates("clean", base, after)
+    assert action in drift.action
 
 
 def test_a_changed_pin_set_fails_behaviour() -> None:
