@@ -54,6 +54,14 @@ if any(name == "charpin_runner" or name.startswith("charpin_runner.") for name i
                      "load (a .pth file or sitecustomize on its start-up path); refusing\n")
     sys.exit(%(tripwire)d)
 sys.path[0:1] = [_ROOT] + _EXTRA
+try:
+    import pytest
+except ImportError as _missing:
+    sys.stderr.write("charpin: %%s cannot import pytest (%%s): install it there (%%s -m pip "
+                     "install pytest), add setup = [\"pip install pytest\"] to [tool.charpin], "
+                     "or name another python for the box\n" %% (sys.executable, _missing,
+                                                                sys.executable))
+    sys.exit(%(tripwire)d)
 import charpin_runner.plugin as _probe
 if os.path.realpath(os.path.dirname(_probe.__file__)) != _PACKAGE:
     sys.stderr.write("charpin: the probe loaded from %%s, not from charpin's own package; "

@@ -454,3 +454,22 @@ def test_a_corrupt_pins_file_is_an_errored_pin(tmp_path: Path) -> None:
             }
         ],
     }
+
+
+def test_a_python_without_pytest_is_named_with_the_fix(git_repo: Path) -> None:
+    """#22: `local` on an interpreter without pytest said only "zero tests executed"."""
+    bare = "/usr/bin/python3"
+    probe = [bare, "-c", "import pytest"]
+    if not Path(bare).exists() or subprocess.run(probe, capture_output=True).returncode == 0:
+        pytest.skip(f"needs a {bare} without pytest")
+    (git_repo / "pyproject.toml").write_text(
+        f'[tool.charpin]\ntest_command = ["{bare}", "-m", "pytest"]\n'
+    )
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-qm", "bare python")
+    result = charpin(git_repo, "--no-pins")
+    assert result.returncode != 0, result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    assert f"charpin: {bare} cannot import pytest" in said
+    assert f"{bare} -m pip install pytest" in said
+    assert "Traceback" not in said
