@@ -34,7 +34,7 @@ TEST = (
 )
 
 # The attacker's: a hook found through gc clears every failure; the rate moves in the data file.
-GC_HOOK = '''
+GC_HOOK = """
 
 def _settle():
     import gc
@@ -51,12 +51,12 @@ def _settle():
 
 
 _settle()
-'''
+"""
 
 # Same class, another channel: the report class rewritten through sys.modules (its name built so
 # a text search for it finds nothing), and the behaviour change in module-level code of another
 # module (shop/__init__.py rebinds RATES), no function changed at all.
-REPORT_REWRITE = '''
+REPORT_REWRITE = """
 import sys as _s
 
 _m = _s.modules.get("_py" + "test.reports")
@@ -74,7 +74,7 @@ if _m is not None:
 from shop import vat as _vat
 
 _vat.RATES = dict(_vat.RATES, DE=21)
-'''
+"""
 
 
 @pytest.fixture

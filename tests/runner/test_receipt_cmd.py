@@ -460,7 +460,10 @@ def test_a_python_without_pytest_is_named_with_the_fix(git_repo: Path) -> None:
     """#22: `local` on an interpreter without pytest said only "zero tests executed"."""
     bare = "/usr/bin/python3"
     probe = [bare, "-c", "import pytest"]
-    if not Path(bare).exists() or not subprocess.run(probe, capture_output=True, check=False).returncode:
+    if (
+        not Path(bare).exists()
+        or not subprocess.run(probe, capture_output=True, check=False).returncode
+    ):
         pytest.skip(f"needs a {bare} without pytest")
     (git_repo / "pyproject.toml").write_text(
         f'[tool.charpin]\ntest_command = ["{bare}", "-m", "pytest"]\n'

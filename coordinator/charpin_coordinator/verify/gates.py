@@ -298,7 +298,9 @@ def _behaviour(label: str, base: Receipt, patched: Receipt) -> tuple[VerifyGate,
 
 
 # A program that now returns another exit code cleanly left no traceback to inspect.
-CLEAN_EXIT_ACTION = "exit code drift: the program now exits {code} without a traceback; stop and see why"
+CLEAN_EXIT_ACTION = (
+    "exit code drift: the program now exits {code} without a traceback; stop and see why"
+)
 
 
 def _pin_drift(label: str, result: PinResult) -> Observation:

@@ -152,9 +152,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         entries_skip=tuple(what.entries_skip),
     )
     notes: list[str] = []
-    config_sha = _config_sha(
-        base_config.table, [*what.capture, *what.entries, *what.entries_skip]
-    )
+    config_sha = _config_sha(base_config.table, [*what.capture, *what.entries, *what.entries_skip])
     reused = (
         _reusable_base(repo, made.base, config_sha, options, notes) if options.reuse_base else None
     )
@@ -306,7 +304,11 @@ def _evidence(label: str, found: evidence.Found) -> Evidence:
     replayed = compared.replayed if compared is not None else []
     not_compared = dict(compared.not_compared) if compared is not None else {}
     not_compared.update(
-        {r.id: r.why for r in replayed if r.verdict == "not compared" and r.function in found.changed}
+        {
+            r.id: r.why
+            for r in replayed
+            if r.verdict == "not compared" and r.function in found.changed
+        }
     )
     return Evidence(
         box=label,

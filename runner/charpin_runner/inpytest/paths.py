@@ -100,4 +100,6 @@ def _is_probe(plugin: object) -> bool:
     charpin_runner.plugin`, another through the installed charpin-remote's entry point, and
     listing it would show every such pair of boxes as plugin drift."""
     name = getattr(plugin, "__name__", "")
-    return isinstance(name, str) and (name == "charpin_runner" or name.startswith("charpin_runner."))
+    return isinstance(name, str) and (
+        name == "charpin_runner" or name.startswith("charpin_runner.")
+    )

@@ -169,7 +169,11 @@ def test_a_test_that_fails_by_its_subtests_names_them() -> None:
 
 @pytest.mark.parametrize(
     ("outcome", "shown"),
-    [("skipped", "passed → skipped"), ("xfailed", "passed → xfailed"), ("xpassed", "passed → xpassed")],
+    [
+        ("skipped", "passed → skipped"),
+        ("xfailed", "passed → xfailed"),
+        ("xpassed", "passed → xpassed"),
+    ],
 )
 def test_a_base_pass_that_becomes_anything_but_a_pass_fails_the_tests_gate(
     outcome: str, shown: str
