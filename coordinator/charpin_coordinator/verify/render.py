@@ -70,6 +70,13 @@ def render_text(report: VerifyReport) -> str:
             out += _text_observation(seen)
     if report.scope or report.helpers:
         out += ["", f"scope: {_few(report.scope)}" + _helpers(report)]
+    else:
+        # Said, so that an empty scope reads as checked, not as forgotten (#22).
+        out += [
+            "",
+            "scope: no Python code changed (only comments, docstrings, layout or files "
+            "that are not Python)",
+        ]
     bits = "; ".join(report.exit_bits) or "accepted"
     out += ["", f"verdict {report.verdict} · exit {report.exit_code} ({bits})", ""]
     return "\n".join(out)

@@ -3,6 +3,7 @@ hostile text from receipts escaped in the terminal, the PR comment and JUnit."""
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 
 from charpin_coordinator.drift import build_report
@@ -54,6 +55,13 @@ def test_text_leads_with_the_verdict_and_escapes_receipt_text() -> None:
     assert "\x1b" not in text and "\u202e" not in text
     assert "stderr" not in text and "stdout drift: stop, unless" in text
     assert "verdict REJECT · exit 2" in text
+
+
+def test_an_empty_scope_is_said_not_left_out() -> None:
+    """#22: a comment-only patch printed no scope line, which read as a scope not looked at."""
+    assert "scope: a.py:f" in render_text(_report())
+    empty = dataclasses.replace(_report(), scope=[], helpers=[])
+    assert "scope: no Python code changed (only comments, docstrings, layout" in render_text(empty)
 
 
 def test_markdown_is_a_pr_comment_that_cannot_be_broken_out_of() -> None:
