@@ -3,9 +3,9 @@ hostile text from receipts escaped in the terminal, the PR comment and JUnit."""
 
 from __future__ import annotations
 
-import dataclasses
 import xml.etree.ElementTree as ET
 
+import msgspec
 from charpin_coordinator.drift import build_report
 from charpin_coordinator.verify import gates
 from charpin_coordinator.verify.render import render_junit, render_markdown, render_text
@@ -60,7 +60,7 @@ def test_text_leads_with_the_verdict_and_escapes_receipt_text() -> None:
 def test_an_empty_scope_is_said_not_left_out() -> None:
     """#22: a comment-only patch printed no scope line, which read as a scope not looked at."""
     assert "scope: a.py:f" in render_text(_report())
-    empty = dataclasses.replace(_report(), scope=[], helpers=[])
+    empty = msgspec.structs.replace(_report(), scope=[], helpers=[])
     assert "scope: no Python code changed (only comments, docstrings, layout" in render_text(empty)
 
 
