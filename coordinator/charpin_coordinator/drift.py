@@ -185,12 +185,9 @@ def failure_excerpts(r: Receipt, failing: Sequence[str]) -> dict[str, list[str]]
     """The one place a receipt's per-test failure excerpt is read: failing test -> its lines
     (each line its own string, so no renderer can be made to forge a line by it).
 
-    The receipt field (`failure_excerpt`, node id -> bounded, redacted text) is being added to
-    the runner's schema; until a receipt carries it this returns {} and every renderer shows
-    the test by its id alone."""
-    found = getattr(r, "failure_excerpt", None)
-    if not isinstance(found, dict):
-        return {}
+    The receipt's `failure_excerpt` (node id -> bounded text, masked on fetch); a receipt
+    from an older runner carries none, and every renderer shows the test by its id alone."""
+    found = r.failure_excerpt
     out = {}
     for test in failing:
         text = found.get(test)

@@ -12,6 +12,8 @@ session never ended. Line kinds, in the order they usually appear:
 * setup       nodeid: the test's setup phase was reported (so it counts as executed)
 * report      nodeid, outcome, duration: one per test, after its teardown; subtests (passed,
               failed, skipped, failing) when the test ran subtests
+* excerpt     nodeid, text: why a failing test failed (its `E` lines and where), bounded;
+              sent when its first failing phase is reported
 * rewritten   nodeid, when, seen, reported, after (optional): another hook changed an outcome
               after pytest made it; `seen` is what pytest's own handling made of it, and `after`
               says the change came after the probe had recorded the report
@@ -41,6 +43,10 @@ from charpin_runner.receipt import OUTCOMES, Deselected, Subtests, Widening
 # Notes name at most this many ids, so one odd run cannot produce a megabyte of notes.
 _NOTE_IDS = 5
 _FAILING = ("failed", "error")
+# Failure excerpts: at most this many tests, each at most this many characters (the probe cuts
+# them smaller; this bound holds whatever a line says).
+EXCERPT_TESTS = 200
+EXCERPT_BYTES = 4096
 
 
 @dataclass
@@ -95,6 +101,8 @@ class ProbeData:
     collect_errors: list[tuple[str, str]] = field(default_factory=list)
     # Per test id that ran subtests: their counts and the first failing ones.
     subtests: dict[str, Subtests] = field(default_factory=dict)
+    # Per failing test id: the excerpt of why (its first failing phase), bounded by the probe.
+    excerpts: dict[str, str] = field(default_factory=dict)
     # verify: the calls captured into the changed functions, and what ran of the changed files.
     # function, test, args, and whether it is an entry call (into production from outside it)
     calls: list[tuple[str, str, str, bool]] = field(default_factory=list)
@@ -251,6 +259,14 @@ def _read_report(data: ProbeData, record: dict[str, Any]) -> None:
         data.notes.append(f"{nodeid} never reported its teardown (interrupted or crashed)")
 
 
+def _read_excerpt(data: ProbeData, record: dict[str, Any]) -> None:
+    nodeid = _str(record["nodeid"])
+    # The first excerpt stands: a later line the code under test appends cannot replace it.
+    # Bounded again here, whatever the line says.
+    if nodeid not in data.excerpts and len(data.excerpts) < EXCERPT_TESTS:
+        data.excerpts[nodeid] = _str(record["text"])[:EXCERPT_BYTES]
+
+
 def _count(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise TypeError("expected a count")
@@ -321,7 +337,11 @@ def _read_unverified(data: ProbeData, record: dict[str, Any]) -> None:
 
 
 def _read_call(data: ProbeData, record: dict[str, Any]) -> None:
-    function, test, args = _str(record["function"]), _str(record.get("test", "")), _str(record["args"])
+    function, test, args = (
+        _str(record["function"]),
+        _str(record.get("test", "")),
+        _str(record["args"]),
+    )
     data.calls.append((function, test, args, record.get("entry") is True))
 
 
@@ -356,6 +376,7 @@ _HANDLERS: dict[str, Callable[[ProbeData, dict[str, Any]], None]] = {
     "collection": _read_collection,
     "setup": _read_setup,
     "report": _read_report,
+    "excerpt": _read_excerpt,
     "rewritten": _read_rewritten,
     "tampered": _read_tampered,
     "finish": _read_finish,

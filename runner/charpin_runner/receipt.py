@@ -391,6 +391,9 @@ class Receipt:
     # verify's tracing of the changed files and its differential replay (added in 0.4).
     tracing: Optional[Tracing] = None
     differential: Optional[Differential] = None
+    # Per failing test id: why it failed, bounded (its `E` lines and where; added in 0.4). The
+    # coordinator masks its secrets in it as in every receipt it fetches.
+    failure_excerpt: dict[str, str] = field(default_factory=dict)
 
 
 def to_dict(receipt: Receipt) -> dict[str, Any]:

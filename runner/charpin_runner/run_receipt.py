@@ -171,6 +171,11 @@ def produce(request: Request, stop: StopFlag) -> Receipt:
         frozen_rerun=side,
         tracing=_tracing(request, run.probe, pin_lines),
         differential=compared,
+        failure_excerpt={
+            k: v
+            for k, v in sorted(run.probe.excerpts.items())
+            if run.probe.outcomes.get(k) in ("failed", "error")
+        },
     )
     # Test ids, conftest paths and notes come from the child and may carry undecodable bytes
     # from file names; the receipt must be valid UTF-8 JSON, so they get the paths' escape.

@@ -22,7 +22,12 @@ from charpin_runner.inpytest.outcomes import (
     _subtest_id,
     _xfail_applies,
 )
-from charpin_runner.inpytest.state import COLLECT_ERROR_LINES, ProbeState
+from charpin_runner.inpytest.state import (
+    COLLECT_ERROR_LINES,
+    EXCERPT_LINE,
+    EXCERPT_LINES,
+    ProbeState,
+)
 from charpin_runner.inpytest.wrappers import NEW_STYLE
 
 _quote = json.encoder.encode_basestring_ascii
@@ -30,6 +35,7 @@ _quote = json.encoder.encode_basestring_ascii
 
 class ReportHooks(ProbeState):
     """Test reports: predicted by the innermost makereport wrapper, checked as they arrive."""
+
     # -- test reports -------------------------------------------------------------------------
 
     if NEW_STYLE:
@@ -107,6 +113,9 @@ class ReportHooks(ProbeState):
         out = self.out
         if out is None:
             return  # an xdist worker: the controller records the report xdist relays
+        if label in _FAILING and nodeid not in self.excerpted:
+            self.excerpted.add(nodeid)
+            self._emit({"kind": "excerpt", "nodeid": nodeid, "text": _excerpt(report)})
         if when == "setup":
             # Written now, not at teardown, so a test that kills the process still shows up.
             self.executed.add(nodeid)
@@ -190,3 +199,19 @@ class ReportHooks(ProbeState):
                 "incomplete": True,
             }
         )
+
+
+def _excerpt(report: Any) -> str:
+    """Why a test failed, bounded: the `E` lines of pytest's report (the assertion message,
+    the exception) and its last line (file:line: the error), else the report's last lines."""
+    try:
+        text = str(report.longreprtext)
+    except Exception:  # a report whose repr cannot be made: say so rather than fail the run
+        return "(the failure's report could not be read)"
+    lines = text.rstrip("\n").splitlines()
+    picked = [line for line in lines if line.startswith("E ")][: EXCERPT_LINES - 1]
+    if lines and lines[-1] not in picked:
+        picked.append(lines[-1])
+    if not [line for line in picked if line.startswith("E ")]:
+        picked = lines[-EXCERPT_LINES:]
+    return "\n".join(line[:EXCERPT_LINE] for line in picked)

@@ -29,6 +29,10 @@ REPO_IN_IDS = "{repo}"
 WORKER_KEY = "charpin"
 # How much of a collection error the receipt keeps: its end says what broke.
 COLLECT_ERROR_LINES = 8
+# A failing test's excerpt: its `E` lines (the assertion message) and the report's last line
+# (where it failed), at most this many lines of at most EXCERPT_LINE characters.
+EXCERPT_LINES = 12
+EXCERPT_LINE = 300
 # One encoder for the whole run: json.dumps(separators=...) builds a new one per call.
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -75,6 +79,8 @@ class ProbeState:
         # Subtest reports per test id (controller only): counts, and the first failing ones.
         self.subtests: dict[str, dict[str, int]] = {}
         self.subtest_failing: dict[str, list[str]] = {}
+        # Ids whose failure excerpt was written (the first failing phase's only).
+        self.excerpted: set[str] = set()
         self.node_ids: dict[str, list[str]] = {}
         self.worker_data: dict[str, dict[str, Any]] = {}
         self.out: IO[str] | None = None
