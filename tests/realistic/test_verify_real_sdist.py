@@ -122,9 +122,8 @@ def test_a_behaviour_change_the_librarys_tests_do_not_see_is_rejected_naming_bot
         "'donald e. knuth' on patched (called from "
         "test_inflection.py::test_parameterize[Donald E. Knuth-donald-e-knuth])"
     )
-    assert f"reproduce: charpin-remote verify --replay {MODULE}::transliterate#1" in (
-        first["detail"]
-    )
+    replay = f"reproduce: charpin-remote verify --replay {MODULE}::transliterate#1"
+    assert replay in first["detail"]
     assert any("returned 'Malmo' on base, 'malmo' on patched" in o["what"] for o in found.values())
     [box] = report["evidence"]
     assert box["differs"] == len(found) and box["differs"] >= 10
