@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+# Test data is not this suite's tests: tests/data/inflection-0.5.1/test_inflection.py is a
+# vendored library's own test file, run only inside the repositories the tests build from it.
+collect_ignore = ["data"]
+
 # Variables that must never leak into what tests run (agent sockets, proxies, user ssh config).
 # CI is scrubbed too: CI runs the suite with CI=true; tests of the CI refusal set it themselves.
 _SCRUB = (
