@@ -12,6 +12,7 @@ real `charpin-remote verify --hosts clean` (CLI main()); each read ACCEPT before
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sysconfig
@@ -80,7 +81,10 @@ def compiled(tmp_path: Path, source: str, out: Path, python_h: bool) -> None:
     cc = shutil.which("gcc") or shutil.which("cc")
     include = sysconfig.get_paths()["include"]
     if cc is None or (python_h and not Path(include, "Python.h").exists()):
-        pytest.skip("needs a C compiler (and Python.h) to build the attack's native code")
+        why = "needs a C compiler (and Python.h) to build the attack's native code"
+        if os.environ.get("CHARPIN_REQUIRE_CC") == "1":
+            pytest.fail(why + " (CHARPIN_REQUIRE_CC=1)")
+        pytest.skip(why)
     c = tmp_path / "fast.c"
     c.write_text(source)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -209,6 +209,8 @@ def _harness_why(path: str, added: bool) -> str:
         return "a conftest"
     if testside.is_harness_file(path):
         return "pytest configuration: the judged run uses the base's"
+    if added and pure.name == "setup.cfg":
+        return "a new setup.cfg: pytest and setuptools read it; the judged run uses the base's"
     if pure.name in ("sitecustomize.py", "usercustomize.py"):
         return "runs in every interpreter that finds it"
     if pure.suffix == ".pth":
