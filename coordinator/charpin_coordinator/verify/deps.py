@@ -1,5 +1,17 @@
 """Coordinator side; stdlib and verify.gitread only. Dependencies: every dependency declaration
-a patch changed."""
+a patch changed, deny by default (b16 of attack report 1: `requirements.lock` and
+`[tool.hatch.envs.default].dependencies` changed, and Dependencies said PASS).
+
+* A file whose name says it holds dependency, lock or environment data counts as a whole:
+  `requirements*`, `constraints*`, `*.lock`, `*lock.json`, `*lock.yaml`, `Pipfile*`,
+  `environment*.yml`, `pylock*.toml`, `setup.py`, tool files that declare environments
+  (`hatch.toml`, `pixi.toml`, `uv.toml`, `pip.conf`, `.python-version`), anything under a
+  `requirements/` folder.
+* pyproject.toml: the known declarations by name (`[project].dependencies`, ...), and a change to
+  any other table too, unless it is one known to carry no dependency (the rest of `[project]`,
+  `[tool.charpin]`, `[tool.pytest]`, and linters' and formatters' tables).
+* setup.cfg: `[options]` requirement keys and `[options.extras_require]`.
+"""
 
 from __future__ import annotations
 
@@ -13,24 +25,47 @@ from charpin_coordinator.verify import gitread
 
 # Files that declare dependencies as a whole: any change to one is a dependency change.
 _WHOLE_FILES = (
-    "*requirements*.txt",
-    "*requirements*.in",
-    "*constraints*.txt",
-    "*constraints*.in",
+    "*requirements*",
+    "*constraints*",
+    "*.lock",
+    "*lock.json",
+    "*lock.yaml",
+    "*lock.yml",
+    "*-lock.*",
     "setup.py",
-    "Pipfile",
-    "Pipfile.lock",
     "Pipfile*",
-    "poetry.lock",
-    "uv.lock",
-    "pdm.lock",
-    "pylock.toml",
-    "pylock.*.toml",
-    "environment.yml",
-    "environment.yaml",
+    "pylock*.toml",
     "environment*.yml",
     "environment*.yaml",
-    "conda-lock.yml",
+    "hatch.toml",
+    "pixi.toml",
+    "uv.toml",
+    "pdm.toml",
+    "poetry.toml",
+    "pip.conf",
+    "pip.ini",
+    ".python-version",
+)
+# pyproject.toml tables known to carry no dependency; a change anywhere else counts.
+_NO_DEPENDENCIES = (
+    *(
+        ("project", key)
+        for key in (
+            "name", "version", "description", "readme", "authors", "maintainers", "license",
+            "license-files", "keywords", "classifiers", "urls", "scripts", "gui-scripts",
+            "entry-points", "requires-python",
+        )
+    ),
+    ("tool", "charpin"),  # Protected paths says so
+    ("tool", "pytest"),  # the harness: Protected paths says so
+    *(
+        ("tool", name)
+        for name in (
+            "ruff", "mypy", "black", "isort", "coverage", "pyright", "pylint", "flake8",
+            "codespell", "towncrier", "bumpversion", "commitizen", "pydocstyle", "docformatter",
+            "yapf", "autopep8", "pyupgrade", "interrogate", "vulture", "bandit",
+        )
+    ),
 )
 # pyproject.toml: (keys, label, one entry per sub-key). Labels name the table as TOML does.
 _PYPROJECT = (
@@ -85,17 +120,19 @@ def dependencies(repo: Path, base: str, patched: str) -> list[str]:
 
 def _is_whole_declaration(path: str) -> bool:
     pure = PurePosixPath(path)
+    if pure.suffix in (".py", ".pyi") and pure.name != "setup.py":
+        return False  # Python source (shop/constraints.py) is what Scope judges
     if any(fnmatch.fnmatchcase(pure.name, pattern) for pattern in _WHOLE_FILES):
         return True
     # pip-tools layouts keep one file per environment in a requirements/ folder.
-    return pure.parent.name == "requirements" and pure.suffix in (".txt", ".in")
+    return "requirements" in pure.parts[:-1]
 
 
 def _pyproject_changes(old: bytes, new: bytes) -> list[str]:
     before, after = _toml(old), _toml(new)
     if isinstance(before, str) or isinstance(after, str):
         return _unreadable(before, after)
-    out = []
+    out = _other_tables(before, after)
     for keys, label, per_key in _PYPROJECT:
         was, now = _dig(before, keys), _dig(after, keys)
         if was == now:
@@ -106,6 +143,35 @@ def _pyproject_changes(old: bytes, new: bytes) -> list[str]:
             out += [f"{label}.{k}" for k in moved]
         else:
             out.append(label)
+    return out
+
+
+def _other_tables(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Changes outside the known declarations and the tables known to carry no dependency:
+    each counts (deny by default), named by its table and key."""
+    known = [keys for keys, _, _ in _PYPROJECT]
+    out = []
+    for path in _changed_keys(before, after, ()):
+        covered = [*known, *_NO_DEPENDENCIES]
+        if any(path[: len(prefix)] == prefix for prefix in covered):
+            continue
+        table = ".".join(path[:-1])
+        out.append(f"[{table}].{path[-1]}" if table else f"[{path[-1]}]")
+    return out
+
+
+def _changed_keys(was: Any, now: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Key paths whose value differs, down to where one side is no table."""
+    if was == now:
+        return []
+    # A table on one side only: each of its keys is what changed.
+    was = {} if was is None and isinstance(now, dict) else was
+    now = {} if now is None and isinstance(was, dict) else now
+    if not (isinstance(was, dict) and isinstance(now, dict)):
+        return [path] if path else []
+    out: list[tuple[str, ...]] = []
+    for key in sorted(was.keys() | now.keys()):
+        out += _changed_keys(was.get(key), now.get(key), (*path, key))
     return out
 
 

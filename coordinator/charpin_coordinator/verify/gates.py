@@ -61,6 +61,10 @@ UNTRACED_ACTION = (
     "run verify where the tests can be traced (Python 3.12+, or a test command without "
     "coverage.py's tracer)"
 )
+UNDECIDED_ACTION = (
+    "keep tests out of production modules (a module production imports must not hold tests), "
+    "then verify again"
+)
 _RED = ("failed", "error")
 _COMPLETE = ("ok", "failed")
 
@@ -77,6 +81,8 @@ class PatchFacts:
     max_changed: int = 1
     # Harness-aware lines the patch adds to production code (verify/harness.py), as shown.
     harness_aware: list[str] = field(default_factory=list)
+    # Changed files verify cannot place on the test side or in production, `path (why)`.
+    undecided: list[str] = field(default_factory=list)
 
 
 Judged = tuple[list[VerifyGate], list[Observation]]
@@ -110,6 +116,18 @@ def patch_gates(facts: PatchFacts) -> Judged:
         seen += [
             _seen("Scope", WHOLE_PATCH, item, "changed", GATE_ACTIONS["Scope"])
             for item in facts.scope
+        ]
+    elif facts.undecided:
+        detail = f"cannot tell test code from production in: {_few(facts.undecided)}"
+        gates.append(
+            VerifyGate(
+                gate="Scope", box=WHOLE_PATCH, status="INCOMPLETE", detail=detail,
+                action=UNDECIDED_ACTION,
+            )
+        )
+        seen += [
+            _seen("Scope", WHOLE_PATCH, item.split(" (", 1)[0], item, UNDECIDED_ACTION)
+            for item in facts.undecided
         ]
     else:
         gates.append(_gate("Scope", WHOLE_PATCH, "PASS", f"{count} function(s) changed{extract}"))

@@ -13,8 +13,6 @@ Prints nothing; the CLI (verify/cli.py) and the demo show the VerifyResult.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -110,6 +108,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     pins = base_config.charpin.pins.file
     protected_paths = protected(base_config.charpin, judged.pin_inputs(repo, made.base, pins))
     how = judged.judging(repo, made.base, made.patched, made.changed)
+    test_command = base_config.charpin.test_command or []
     # The judged run: the patched code with the base's test side and protected paths.
     runs = patch.restore_from_base(repo, made, [*protected_paths, *how.restore])
     own_commit = patch.restore_from_base(repo, made, protected_paths) if how.own else ""
@@ -127,6 +126,8 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         test_side=how.side.covers,
         changed_paths=made.changed,
     )
+    # Every run of the verify reads the base's pytest configuration file and no other.
+    pinned = judged.config_args(how.side, test_command, base_config.charpin.pytest_args)
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():
@@ -150,9 +151,12 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         capture=tuple(what.capture),
         entries=tuple(what.entries),
         entries_skip=tuple(what.entries_skip),
+        pytest_args_extra=tuple(pinned),
     )
     notes: list[str] = []
-    config_sha = _config_sha(base_config.table, [*what.capture, *what.entries, *what.entries_skip])
+    config_sha = reuse.config_sha(
+        base_config.table, [*what.capture, *what.entries, *what.entries_skip]
+    )
     reused = (
         _reusable_base(repo, made.base, config_sha, options, notes) if options.reuse_base else None
     )
@@ -180,7 +184,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
             patched_options,
             commit=own_commit,
             run_id="own",
-            pytest_args_extra=tuple(how.own),
+            pytest_args_extra=(*pinned, *how.own),
             cover=(),
             differential=b"",
         )
@@ -190,6 +194,10 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         for o in patched_run.outcomes
         if o.receipt is not None and (what.cover or what.entries)
     }
+    # The base run's collection is the evidence of what is a test module (verify/judged.py).
+    collected = [n for o in base_run.outcomes if o.receipt for n in o.receipt.collection.collected]
+    wrong = judged.collection_disagrees(how.side, made.changed, collected)
+    facts = replace(facts, undecided=[*facts.undecided, *wrong])
     report = judge(made, base_run, patched_run, facts, ran=runs, own=own_run, how=how, beyond=found)
     report = msgspec.structs.replace(report, own_ran=own_commit)
     if reused is not None:
@@ -379,13 +387,6 @@ def _not_run(hosts: Sequence[str], folder: Path) -> RunResult:
     return RunResult(build_report([], not_evaluated=missing), outcomes, folder, interrupted=True)
 
 
-def _config_sha(table: dict[str, Any], capture: Sequence[str] = ()) -> str:
-    """What a reusable base run must have had: the configuration, and the functions whose calls
-    it captured (a base run that captured others cannot feed this verify's replays)."""
-    body = table if not capture else {"config": table, "capture": sorted(capture)}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
 def _reusable_base(
     repo: Path, base: str, config_sha: str, options: VerifyOptions, notes: list[str]
 ) -> tuple[str, RunResult] | None:
@@ -423,8 +424,6 @@ def _reusable_base(
 
 def encode(report: VerifyReport) -> bytes:
     """The report as indented JSON, as `--json` prints it and the run folder keeps it."""
-    import msgspec
-
     return msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n"
 
 
@@ -459,6 +458,7 @@ def _facts(
         helpers=list(scope.helpers),
         max_changed=max_changed,
         harness_aware=how.harness_aware,
+        undecided=list(how.undecided),
     )
 
 

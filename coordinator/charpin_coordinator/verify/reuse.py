@@ -14,6 +14,7 @@ folder inside the repository is never used, and the caller is told why in one li
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import os
@@ -245,3 +246,10 @@ def _inside(path: Path, repo: Path) -> bool:
 
 
 __all__ = ["Record", "candidates", "load_key", "reuse_root", "store"]
+
+
+def config_sha(table: dict[str, Any], capture: Sequence[str] = ()) -> str:
+    """What a reusable base run must have had: the configuration, and the functions whose calls
+    it captured (a base run that captured others cannot feed this verify's replays)."""
+    body = table if not capture else {"config": table, "capture": sorted(capture)}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

@@ -144,21 +144,45 @@ class _Reader:
                     return None
                 path = target
                 continue
-            if name.endswith(".py") or path.endswith(".py") or _python_shebang(data):
+            if name.endswith(".py") or path.endswith(".py") or python_shebang(data):
                 return data
             return None
         return None
 
 
-def _python_shebang(data: bytes) -> bool:
+# Programs a shebang may name that end in Python: `env -S uv run --script`, `pipx run`,
+# `poetry run python`... (b13 of attack report 1: a PEP 723 script was no Python to Scope).
+_PYTHON_WRAPPERS = frozenset(
+    {"uv", "uvx", "pipx", "pdm", "poetry", "hatch", "rye", "pyenv", "conda", "mamba", "pixi"}
+)
+# Interpreters that are not Python; any other one is Python when the file reads as Python.
+_OTHER_INTERPRETERS = frozenset(
+    {"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "perl", "ruby", "node", "deno",
+     "bun", "php", "lua", "Rscript", "awk", "gawk", "make", "tclsh", "osascript", "pwsh"}
+)
+
+
+def python_shebang(data: bytes) -> bool:
+    """Whether a script with a shebang is Python, deny by default: a word of the shebang line
+    names Python (`python3.12`, `pypy3`) or a wrapper that runs it (`uv run`), or it names no
+    interpreter known to be something else and the file parses as Python."""
     if not data.startswith(b"#!"):
         return False
     line = data[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
-    words = [w for w in line if not w.startswith("-") and "=" not in w]
-    if words and posixpath.basename(words[0]) == "env":
-        words = words[1:]
-    program = posixpath.basename(words[0]) if words else ""
-    return re.fullmatch(r"python(\d+(\.\d+)?)?", program) is not None
+    names = [posixpath.basename(w) for w in line if not w.startswith("-") and "=" not in w]
+    if any(re.fullmatch(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?", n) for n in names):
+        return True
+    if any(n in _PYTHON_WRAPPERS for n in names):
+        return True
+    if any(n in _OTHER_INTERPRETERS for n in names):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def _renames(gone: dict[str, str], added: dict[str, str]) -> set[str]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from charpin_coordinator.verify.scope import scope
+import pytest
+from charpin_coordinator.verify.scope import python_shebang, scope
 
 from tests.conftest import git, make_repo
 from tests.coordinator.verify.test_static import MESSY, commit
@@ -87,3 +88,25 @@ def test_a_private_function_renamed_with_its_only_caller_is_one_change(tmp_path:
     patched = commit(repo, {"m.py": text})
     found = scope(repo, "HEAD~1", patched)
     assert found.changed == ["m.py:report"], found
+
+
+@pytest.mark.parametrize(
+    ("first_line", "python"),
+    [
+        ("#!/usr/bin/env -S uv run --script", True),
+        ("#!/usr/bin/env -S pipx run", True),
+        ("#!/usr/bin/python3.12", True),
+        ("#!/usr/bin/env pypy3", True),
+        ("#!/opt/tools/bin/run-it", True),  # unknown, and the file reads as Python
+        ("#!/bin/bash", False),
+        ("#!/usr/bin/env node", False),
+    ],
+)
+def test_a_shebang_is_python_unless_it_names_another_interpreter(
+    first_line: str, python: bool
+) -> None:
+    assert python_shebang(REPORT.replace("#!/usr/bin/env python3", first_line).encode()) is python
+
+
+def test_an_unknown_interpreter_of_no_python_is_not_python() -> None:
+    assert not python_shebang(b"#!/opt/tools/run-it\nset -e; echo $((1 + 2))\n")

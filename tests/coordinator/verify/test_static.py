@@ -417,3 +417,27 @@ def test_moved_and_new_declaration_files(tmp_path: Path) -> None:
         "requirements/base.txt",
         "services/api/pyproject.toml: [project].dependencies",
     ]
+
+
+def test_dependency_data_counts_unless_known_to_be_none(tmp_path: Path) -> None:
+    """Deny by default (class D of attack report 1): a pyproject table not known to carry no
+    dependency, and any file named like dependency, lock or environment data, count."""
+    toml = PYPROJECT + '\n[tool.hatch.envs.default]\ndependencies = ["pytest"]\n'
+    names = ["requirements.lock", "deploy/pins-lock.yaml", "constraints-ci.cfg", "hatch.toml"]
+    repo = make_repo(tmp_path / "r", {"pyproject.toml": toml, **{n: "a\n" for n in names}})
+    patched = commit(
+        repo,
+        {
+            "pyproject.toml": toml.replace('dependencies = ["pytest"]', 'dependencies = ["evil"]')
+            + '\n[tool.tox.env.ci]\ndeps = ["evil"]\n',
+            **{n: "a\nevil\n" for n in names},
+            "shop/requirements.py": "def f():\n    pass\n",  # Python source is Scope's
+        },
+    )
+    assert dependencies(repo, "HEAD~1", patched) == sorted(
+        [
+            *names,
+            "pyproject.toml: [tool.hatch.envs.default].dependencies",
+            "pyproject.toml: [tool.tox.env.ci].deps",
+        ]
+    )
