@@ -124,6 +124,14 @@ def add_parsers(sub: Any) -> None:
         help="hidden from the tests under bwrap (a secret of this machine)",
     )
     add(
+        "--pass-env",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="give the tests this variable of charpin's environment (they get only an "
+        "allow-list: PATH, locale, TZ, TERM, the receipt's env_allow; repeatable)",
+    )
+    add(
         "--seal-stdin",
         action="store_true",
         help="read a 64-hex-digit key from stdin and write PATH.seal next to the receipt "
@@ -281,6 +289,7 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
         cover=[_repo_path(p, "--cover") for p in args.cover],
         capture=[_capture(p) for p in args.capture],
         differential=args.differential,
+        pass_env=list(args.pass_env),
         watch_given=watch_given(repo, Path(args.config_json) if args.config_json else None),
         extra=extra,
     )

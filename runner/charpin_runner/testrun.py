@@ -65,7 +65,7 @@ def run_tests(
                 cover=[] if frozen_only else request.cover,
                 capture=[] if frozen_only else request.capture,
             )
-            env = testcommand.environment()
+            env = testcommand.environment(request.config, scratch, request.pass_env)
             path = env.get("PATH", os.defpath)
             testcommand.check_startable(argv[0], request.repo, env)
             configured = list(request.config.test_command or [])

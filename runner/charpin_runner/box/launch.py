@@ -92,6 +92,9 @@ def receipt_argv(
         # What keeps the caches right under concurrent runs (leases, journals, staged builds).
         for name in ("locks", "stage", "trash"):
             argv += ["--read-only", str(layout.root / name)]
+    for item in request.get("env") or []:
+        # The box's configured variables (set by the agent): the tests' allow-list keeps them.
+        argv += ["--pass-env", str(item).partition("=")[0]]
     for path in request.get("read_only") or []:
         argv += ["--read-only", str(path)]
     for path in request.get("hidden") or []:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from charpin_runner import procgroup
+from charpin_runner import childenv, procgroup
 from charpin_runner.box import setupcheck
 from charpin_runner.caches import journal, locks
 from charpin_runner.caches.store import Store, remove_tree
@@ -241,7 +241,7 @@ def prepare(
     for command in commands:
         # The prepare lines are shell, as written in [tool.charpin].
         argv = _line(command, wrap, [str(src), str(venv)], [base_python])
-        _run(argv, src, _venv_env(venv), ends, what="prepare", shown=command)
+        _run(argv, src, _venv_env(venv, venv / "pycache"), ends, what="prepare", shown=command)
     return str(python)
 
 
@@ -254,12 +254,18 @@ def _line(
     return wrap(argv, writable, pythons) if wrap is not None else argv
 
 
-def _venv_env(venv: Path) -> dict[str, str]:
-    return dict(
-        os.environ,
-        VIRTUAL_ENV=str(venv),
-        PATH=str(venv / "bin") + os.pathsep + os.environ.get("PATH", ""),
-    )
+def _venv_env(venv: Path, pycache: Optional[Path] = None) -> dict[str, str]:
+    """A setup or prepare line's environment: the allow-list (childenv.py: none of this
+    machine's credentials), the venv first on PATH; for prepare, byte code in a folder of its
+    own (a cached venv is never written by a run, not even a __pycache__ in it)."""
+    extra = {
+        "VIRTUAL_ENV": str(venv),
+        "PATH": str(venv / "bin") + os.pathsep + os.environ.get("PATH", ""),
+    }
+    if pycache is not None:
+        pycache.mkdir(parents=True, exist_ok=True)
+        extra["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return childenv.for_setup(os.environ, **extra)
 
 
 def _own(argv: list[str], cwd: Path, ends: float) -> None:

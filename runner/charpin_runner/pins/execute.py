@@ -246,6 +246,10 @@ class Session:
             "TZ": "UTC",
             "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
+            # No byte code from any __pycache__ (a planted .pyc in the checkout or a venv must
+            # not run in a pin): a path where no cache can be read or made.
+            "PYTHONPYCACHEPREFIX": os.devnull,
+            "PYTHONNOUSERSITE": "1",
             "HOME": str(sandbox / "home"),
             "TMPDIR": str(sandbox / "tmp"),
         }
