@@ -132,6 +132,12 @@ def add_parsers(sub: Any) -> None:
         "allow-list: PATH, locale, TZ, TERM, the receipt's env_allow; repeatable)",
     )
     add(
+        "--trusted-python",
+        metavar="PATH",
+        help="the interpreter charpin itself runs on (the box agent's): only its .pth files "
+        "may add folders to the sandbox view (default: the runner's own)",
+    )
+    add(
         "--seal-stdin",
         action="store_true",
         help="read a 64-hex-digit key from stdin and write PATH.seal next to the receipt "
@@ -168,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     """Handle `charpin receipt`."""
     # First, before anything is started: no child may inherit the key's pipe.
     key = seal.read_key_from_stdin() if args.seal_stdin else None
+    if args.trusted_python:
+        interpreters.trust(args.trusted_python)
     repo = gitstate.find_toplevel(Path(args.repo or os.getcwd()))
     request = replace(_request(args, repo), kill_adopted=become_subreaper())
     output = _output_path(args.output, repo, request.run_id)

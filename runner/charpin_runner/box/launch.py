@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -74,6 +75,9 @@ def receipt_argv(
         "--timeout",
         str(float(request["timeout"])),
         "--seal-stdin",
+        # The agent's interpreter, not the venv's the tests use (setup and prepare wrote that).
+        "--trusted-python",
+        sys.executable,
         "--sandbox",
         str(request.get("sandbox") or "auto"),
         "-q",

@@ -502,7 +502,7 @@ def save_case_folder(
     if source is not None and source.resolve() != work.resolve():
         real = copying.outside(repo, source)
         if real is not None:
-            raise UsageError(f"pin {case.id}: " + copying.refusal("fixtures", case.fixtures, real))
+            raise UsageError(f"pin {case.id}: " + copying.refusal("fixtures", str(case.fixtures), real))
         if not source.is_dir():
             raise UsageError(f"pin {case.id}: fixtures folder {case.fixtures} is missing")
         if work.exists():
