@@ -245,6 +245,30 @@ def prepare(
     return str(python)
 
 
+def state(venv: Path) -> str:
+    """The cached venv's state (every entry's inode, mode, size, mtime and ctime, byte-code
+    caches included), as its publication journal records it (caches/journal.py)."""
+    store = Store(venv.parent.parent)
+    with store.publishing(KIND, venv.name, exclusive=False):
+        return journal.state(venv)
+
+
+def unchanged_by_prepare(venv: Path, before: str) -> None:
+    """Class E: only setup writes a cached venv, once, when it builds it. Prepare that changed
+    it (possible without bubblewrap, which shows it read-only) fails the run, and the venv is
+    discarded so that no later run uses what prepare planted (the journal check in _cached
+    would refuse it too)."""
+    if state(venv) == before:
+        return
+    Store(venv.parent.parent).discard(KIND, venv.name)
+    raise BoxStepError(
+        "setup-failed",
+        f"prepare wrote into the cached venv {venv}, which only setup writes (once, when it "
+        "builds it): the venv was removed, so the next run rebuilds it; install into the "
+        "run's own venv (`pip install ...` in prepare does), never into the cached one",
+    )
+
+
 def _line(
     command: str, wrap: Optional[Wrap], writable: Sequence[str], pythons: Sequence[str]
 ) -> list[str]:
