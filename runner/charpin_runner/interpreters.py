@@ -2,11 +2,19 @@
 boxes; stdlib only.
 
 The sandbox view (sandview.py) is an allow-list, so every interpreter a run uses must bring its
-own files: its executable, prefixes, site folders, and the folders its `.pth` files put on
-sys.path (an editable install elsewhere, charpin's own source checkout on `local`). They are
-asked of the interpreter with `-I -S` (no site, no .pth file runs: a planted one must not run
-outside the sandbox) and the `.pth` files are read as text: a line that names a folder counts,
-an `import` line is never executed here.
+own files: its executable, prefixes and site folders. They are asked of the interpreter with
+`-I -S` (no site, no .pth file runs: a planted one must not run outside the sandbox). The user
+site folder (~/.local/lib/pythonX.Y/site-packages) is never part of it: the tests run with
+PYTHONNOUSERSITE.
+
+A `.pth` file's path lines are read as text (an `import` line never runs here), and trusted only
+as far as their writer is (class E: what the commit's code can write is never trusted later).
+The trusted interpreter is the one charpin itself runs on (the box agent's, passed to the runner
+as `--trusted-python`; the runner's own when started by hand): its `.pth` lines count (charpin's
+own source checkout on `local`). Any other interpreter's environment (a setup venv, the per-run
+venv prepare writes, a venv in the checkout) was written by the commit's code: a path line there
+counts only when it names a folder of its own base installation or of the trusted interpreter's
+environment, never anything else (`$HOME`, `/`).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from functools import lru_cache
 
 _ASK = r"""
@@ -33,13 +42,27 @@ try:
     sites += list(site.getsitepackages())
 except Exception:
     pass
-try:
-    sites.append(site.getusersitepackages())
-except Exception:
-    pass
-print(json.dumps({"paths": found, "sites": sites + [paths.get("purelib", ""), paths.get("platlib", "")]}))
+base = [sys.base_prefix, sys.base_exec_prefix]
+print(json.dumps({"paths": found, "base": base, "sites": sites + [paths.get("purelib", ""), paths.get("platlib", "")]}))
 """
 _SECONDS = 30.0
+
+
+_trusted: list[str] = []
+
+
+def trust(python: str) -> None:
+    """Name the interpreter charpin itself runs on (the box agent's): see the module docstring."""
+    _trusted[:] = [os.path.abspath(python)]
+    paths_of.cache_clear()
+
+
+def trusted() -> str:
+    return _trusted[0] if _trusted else os.path.abspath(sys.executable)
+
+
+def _same(one: str, other: str) -> bool:
+    return os.path.abspath(one) == os.path.abspath(other)
 
 
 @lru_cache(maxsize=32)
@@ -48,6 +71,29 @@ def paths_of(python: str) -> tuple[str, ...]:
     its links point at) included. An interpreter that cannot be asked gives its own path only."""
     found = [os.path.abspath(python), os.path.realpath(python)]
     found.append(os.path.dirname(os.path.realpath(python)))
+    data = _ask(python)
+    found += [p for p in data.get("paths", []) if isinstance(p, str) and p]
+    sites = [p for p in data.get("sites", []) if isinstance(p, str) and p]
+    found += sites
+    named = [folder for site_dir in sites for folder in pth_folders(site_dir)]
+    if not _same(python, trusted()):
+        # Written by the commit's code: a path line widens nothing (module docstring).
+        base = [p for p in data.get("base", []) if isinstance(p, str) and os.path.isabs(p)]
+        allowed = tuple(base) + paths_of(trusted())
+        named = [f for f in named if _within(f, allowed)]
+    found += named
+    out: list[str] = []
+    for path in found:
+        path = os.path.abspath(path)
+        if os.path.exists(path) and path not in out:
+            out.append(path)
+        real = os.path.realpath(path)
+        if real != path and os.path.exists(real) and real not in out:
+            out.append(real)
+    return tuple(out)
+
+
+def _ask(python: str) -> dict[str, list[str]]:
     try:
         done = subprocess.run(
             [python, "-I", "-S", "-c", _ASK],
@@ -60,20 +106,16 @@ def paths_of(python: str) -> tuple[str, ...]:
         data = json.loads(done.stdout) if done.returncode == 0 else {}
     except (OSError, ValueError, subprocess.TimeoutExpired):
         data = {}
-    found += [p for p in data.get("paths", []) if isinstance(p, str) and p]
-    sites = [p for p in data.get("sites", []) if isinstance(p, str) and p]
-    found += sites
-    for folder in sites:
-        found += pth_folders(folder)
-    out: list[str] = []
-    for path in found:
-        path = os.path.abspath(path)
-        if os.path.exists(path) and path not in out:
-            out.append(path)
-        real = os.path.realpath(path)
-        if real != path and os.path.exists(real) and real not in out:
-            out.append(real)
-    return tuple(out)
+    return data if isinstance(data, dict) else {}
+
+
+def _within(path: str, folders: tuple[str, ...]) -> bool:
+    real = os.path.realpath(path)
+    for folder in folders:
+        top = os.path.realpath(folder)
+        if real == top or real.startswith(top.rstrip(os.sep) + os.sep):
+            return True
+    return False
 
 
 def pth_folders(site_dir: str) -> list[str]:

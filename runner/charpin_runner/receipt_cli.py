@@ -124,6 +124,20 @@ def add_parsers(sub: Any) -> None:
         help="hidden from the tests under bwrap (a secret of this machine)",
     )
     add(
+        "--pass-env",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="give the tests this variable of charpin's environment (they get only an "
+        "allow-list: PATH, locale, TZ, TERM, the receipt's env_allow; repeatable)",
+    )
+    add(
+        "--trusted-python",
+        metavar="PATH",
+        help="the interpreter charpin itself runs on (the box agent's): only its .pth files "
+        "may add folders to the sandbox view (default: the runner's own)",
+    )
+    add(
         "--seal-stdin",
         action="store_true",
         help="read a 64-hex-digit key from stdin and write PATH.seal next to the receipt "
@@ -175,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
     """Handle `charpin receipt`."""
     # First, before anything is started: no child may inherit the key's pipe.
     key = seal.read_key_from_stdin() if args.seal_stdin else None
+    if args.trusted_python:
+        interpreters.trust(args.trusted_python)
     repo = gitstate.find_toplevel(Path(args.repo or os.getcwd()))
     request = replace(_request(args, repo), kill_adopted=become_subreaper())
     output = _output_path(args.output, repo, request.run_id)
@@ -298,6 +314,7 @@ def _request(args: argparse.Namespace, repo: Path) -> Request:
         entries=[_repo_path(p, "--entries") for p in args.entries],
         entries_skip=[_repo_path(p, "--entries-skip") for p in args.entries_skip],
         differential=args.differential,
+        pass_env=list(args.pass_env),
         watch_given=watch_given(repo, Path(args.config_json) if args.config_json else None),
         extra=extra,
     )

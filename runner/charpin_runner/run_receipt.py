@@ -89,6 +89,9 @@ class Request:
     entries_skip: list[str] = field(default_factory=list)
     # verify's judged run: the calls to replay on the base and patched versions (a job file).
     differential: Path | None = None
+    # Variables the box's own configuration sets for the tests (the agent's --pass-env): kept
+    # by the tests' environment allow-list (testcommand.py) besides the committed env_allow.
+    pass_env: list[str] = field(default_factory=list)
 
 
 def produce(request: Request, stop: StopFlag) -> Receipt:
@@ -188,7 +191,7 @@ def _differential(request: Request, guard: sandbox_mod.Guard) -> Differential:
 
     assert request.differential is not None
     job = replay.load_job(request.differential)
-    env = testcommand.environment()
+    env = testcommand.environment(request.config, passed=request.pass_env)
     first = (request.config.test_command or [sys.executable])[0]
     python = probehost.interpreter_of(first, request.repo, env.get("PATH", os.defpath))
     return replay.run(request.repo, job, sandbox_mod.again(guard), python, env)

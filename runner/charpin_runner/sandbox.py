@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 import charpin_runner
-from charpin_runner import sandview
+from charpin_runner import interpreters, sandview
 from charpin_runner.caches import journal
 from charpin_runner.caches.store import KINDS, Store
 from charpin_runner.errors import RunError, UsageError
@@ -172,7 +172,8 @@ def wrap(
         home=home,
         tmp=tmp,
         network=not plan.confine,
-        pythons=(sys.executable, *pythons),
+        # The runner's interpreter and the one charpin runs on (the agent's), read-only.
+        pythons=(sys.executable, interpreters.trusted(), *pythons),
     )
     return [bwrap, *args, "--", *argv]
 

@@ -5,13 +5,16 @@ Rule 2 of the threat model: deny by default. The view starts empty and gets only
 the code under test needs:
 
 * the system's programs and libraries (/usr and the /bin, /lib... links or folders), and from
-  /etc only the files programs read to work (users, name resolution, certificates, time zone,
-  locale, the dynamic linker, git's and Python's system config): never /etc/shadow, ssh host
-  keys, sudoers or private certificates;
+  /etc only the files programs read to work (users and groups, name resolution, certificates,
+  time zone, locale, the dynamic linker, Python's system config): never /etc/shadow, ssh host
+  keys, sudoers, private certificates, or /etc/gitconfig (it may name a credential helper or
+  an `http.extraHeader` with a token; git works without it). /etc/passwd and /etc/group stay:
+  they hold no password hashes, and `pwd.getpwuid`, `getpass.getuser` and git's default
+  identity read them;
 * /dev basics, a /proc of its own PID namespace, a private /tmp, HOME and TMPDIR;
-* read-only: every interpreter the run uses, with its prefixes, site folders and the folders
-  its .pth files name (found without running them: interpreters.py), the runner's own code and
-  the paths the plan protects;
+* read-only: every interpreter the run uses, with its prefixes and site folders (never the user
+  site), and the folders the trusted interpreter's .pth files name (found without running them:
+  interpreters.py), the runner's own code and the paths the plan protects;
 * writable: the checkout (its .git read-only) and the scratch folders the run needs.
 
 The user's home, ~/.ssh, ~/.aws, ~/.config, signing keys, charpin's state folder, other
@@ -62,7 +65,6 @@ ETC = (
     "os-release",
     "debian_version",
     "lsb-release",
-    "gitconfig",
     "fonts",
     "xdg",
     "mailcap",

@@ -2,8 +2,12 @@
 Runs on boxes; stdlib only.
 
 The configured command plus the probe's options; probehost.rewrite() then starts it through the
-boot script (rule 1: the probe loads before anything of the checkout). The environment is the
-runner's own plus PYTHONDONTWRITEBYTECODE; nothing of charpin is put on PYTHONPATH.
+boot script (rule 1: the probe loads before anything of the checkout).
+
+The environment is an allow-list (childenv.py: the tests never get this machine's secrets),
+with byte code read and written only in a fresh folder of this run (PYTHONPYCACHEPREFIX), so
+no `__pycache__` a commit's code planted (in the checkout, an ignored folder, a venv) runs in a
+later run. Nothing of charpin is put on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+from charpin_runner import childenv
 from charpin_runner.config import CharpinConfig
 from charpin_runner.errors import RunError
 
@@ -54,11 +60,14 @@ def build(
     return argv + list(config.pytest_args) + list(extra)
 
 
-def environment() -> dict[str, str]:
-    """os.environ plus what keeps the tests from writing byte code into the repository."""
-    env = dict(os.environ)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+def environment(
+    config: CharpinConfig, scratch: Optional[str] = None, passed: Sequence[str] = ()
+) -> dict[str, str]:
+    """The tests' environment: the allow-listed part of this process's, plus charpin's own.
+
+    scratch: a folder of this run only, where the byte-code cache goes (none: byte code is
+    neither read from nor written to any `__pycache__`)."""
+    return childenv.for_tests(os.environ, config.env_allow, passed, scratch)
 
 
 def check_startable(program: str, repo: Path, env: dict[str, str]) -> None:

@@ -66,7 +66,7 @@ def run_tests(
                 capture=[] if frozen_only else request.capture,
                 entries=([], []) if frozen_only else (request.entries, request.entries_skip),
             )
-            env = testcommand.environment()
+            env = testcommand.environment(request.config, scratch, request.pass_env)
             path = env.get("PATH", os.defpath)
             testcommand.check_startable(argv[0], request.repo, env)
             configured = list(request.config.test_command or [])

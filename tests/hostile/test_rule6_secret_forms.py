@@ -1,10 +1,11 @@
 """Rule 6: nothing secret leaves in any form.
 
 Seen in the field: the 8 MiB log cap cut a token two bytes in and kept the rest unmasked; a
-token printed as an HTTP Basic header, in base32, reversed or spaced out was kept. These run on
-`local`, the one box whose tests get this machine's environment (the clean and SSH boxes never
-see a credential-looking variable), and look into every artefact the run writes: logs,
-receipts, drift.json, drift.md, drift.html and JUnit.
+token printed as an HTTP Basic header, in base32, reversed or spaced out was kept. The tests no
+longer get the variable at all (test_rule6_env_allowlist.py); this corpus tests the second
+layer: a value of a credential-looking variable of this machine that reaches the tests anyway
+(here from a file) is masked in every artefact the run writes: logs, receipts, drift.json,
+drift.md, drift.html and JUnit. They run on `local`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ PRINTER = """
 import base64, os, urllib.parse
 import pytest
 
-TOKEN = os.environ["DEPLOY_TOKEN"]
+# The tests never get the variable (test_rule6_env_allowlist.py): this corpus tests the second
+# layer, the masking of what reaches an artefact anyway, so the token comes from a file.
+TOKEN = open(os.path.join(os.path.dirname(__file__), "token.txt")).read().strip()
 FORMS = [
     base64.b64encode(("deploy:" + TOKEN).encode()).decode(),
     base64.b64encode(("ci-bot:" + TOKEN).encode()).decode(),
@@ -67,7 +70,9 @@ def test_derived_forms_of_a_secret_reach_no_artefact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DEPLOY_TOKEN", TOKEN)
-    repo = repo_with(tmp_path / "repo", {"tests/test_leak.py": PRINTER}, toml=SAY_TOML)
+    repo = repo_with(
+        tmp_path / "repo", {"tests/test_leak.py": PRINTER, "tests/token.txt": TOKEN}, toml=SAY_TOML
+    )
     outputs = ["--markdown", str(tmp_path / "runs" / "drift.md")]
     outputs += ["--junit", str(tmp_path / "runs" / "drift.xml")]
     _, report, _ = run(repo, "local", *outputs)
@@ -84,13 +89,15 @@ def test_a_log_cut_at_its_cap_leaves_no_half_of_a_secret(
     monkeypatch.setenv("DEPLOY_TOKEN", TOKEN)
     flood = (
         "import os, sys\n\n\ndef test_floods():\n"
-        "    token = os.environ['DEPLOY_TOKEN']\n"
+        "    token = open(os.path.join(os.path.dirname(__file__), 'token.txt')).read().strip()\n"
         "    line = ' '.join([token] * 64) + ' '\n"
         "    for _ in range((9 << 20) // len(line)):\n"
         "        sys.stdout.write(line)\n"
         "    sys.stdout.write(chr(10))\n"
     )
-    repo = repo_with(tmp_path / "repo", {"tests/test_flood.py": flood}, toml=SAY_TOML)
+    repo = repo_with(
+        tmp_path / "repo", {"tests/test_flood.py": flood, "tests/token.txt": TOKEN}, toml=SAY_TOML
+    )
     _, _, folder = run(repo, "local")
     log = (folder / "local" / "stdout.log").read_bytes()
     note, _, kept = log.partition(b"\n")

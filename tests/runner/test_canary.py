@@ -37,8 +37,12 @@ def test_canaries_never_reach_the_receipt_or_the_summary(tmp_path: Path) -> None
                 '[tool.charpin]\nenv_allow = ["GITHUB_TOKEN", "MY_SERVICE_TOKEN", "SAFE_SETTING"]\n'
             ),
             "tests/test_env.py": (
+                # The tests never get a secret-looking variable, even one env_allow names;
+                # the allow-list still gives them SAFE_SETTING (so this test can fail).
                 "import os\ndef test_env():\n    print(dict(os.environ))\n"
-                "    assert os.environ['GITHUB_TOKEN'].startswith('canary')\n"
+                "    assert os.environ['SAFE_SETTING'] == 'visible'\n"
+                "    assert not [n for n in os.environ if 'TOKEN' in n or 'SECRET' in n]\n"
+                "    assert 'SSH_AUTH_SOCK' not in os.environ\n"
             ),
         },
     )

@@ -205,7 +205,10 @@ class Agent:
             made = {"venv": built.venv, "cached": built.cached}
         if prepare:
             left = max(ends - time.monotonic(), 1.0)
+            cached = venv.state(Path(made["venv"])) if commands else None
             self.python = venv.prepare(where.run, self.python, where.src, prepare, left, wrap=wrap)
+            if cached is not None:
+                venv.unchanged_by_prepare(Path(made["venv"]), cached)
             # The checkout was verified equal to the commit before: what is uncommitted in it
             # now, prepare wrote (the receipt lists it apart from the user's dirt).
             self.prepared = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -74,6 +75,9 @@ def receipt_argv(
         "--timeout",
         str(float(request["timeout"])),
         "--seal-stdin",
+        # The agent's interpreter, not the venv's the tests use (setup and prepare wrote that).
+        "--trusted-python",
+        sys.executable,
         "--sandbox",
         str(request.get("sandbox") or "auto"),
         "-q",
@@ -92,6 +96,9 @@ def receipt_argv(
         # What keeps the caches right under concurrent runs (leases, journals, staged builds).
         for name in ("locks", "stage", "trash"):
             argv += ["--read-only", str(layout.root / name)]
+    for item in request.get("env") or []:
+        # The box's configured variables (set by the agent): the tests' allow-list keeps them.
+        argv += ["--pass-env", str(item).partition("=")[0]]
     for path in request.get("read_only") or []:
         argv += ["--read-only", str(path)]
     for path in request.get("hidden") or []:

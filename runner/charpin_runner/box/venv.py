@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from charpin_runner import procgroup
+from charpin_runner import childenv, procgroup
 from charpin_runner.box import setupcheck
 from charpin_runner.caches import journal, locks
 from charpin_runner.caches.store import Store, remove_tree
@@ -241,8 +241,32 @@ def prepare(
     for command in commands:
         # The prepare lines are shell, as written in [tool.charpin].
         argv = _line(command, wrap, [str(src), str(venv)], [base_python])
-        _run(argv, src, _venv_env(venv), ends, what="prepare", shown=command)
+        _run(argv, src, _venv_env(venv, venv / "pycache"), ends, what="prepare", shown=command)
     return str(python)
+
+
+def state(venv: Path) -> str:
+    """The cached venv's state (every entry's inode, mode, size, mtime and ctime, byte-code
+    caches included), as its publication journal records it (caches/journal.py)."""
+    store = Store(venv.parent.parent)
+    with store.publishing(KIND, venv.name, exclusive=False):
+        return journal.state(venv)
+
+
+def unchanged_by_prepare(venv: Path, before: str) -> None:
+    """Class E: only setup writes a cached venv, once, when it builds it. Prepare that changed
+    it (possible without bubblewrap, which shows it read-only) fails the run, and the venv is
+    discarded so that no later run uses what prepare planted (the journal check in _cached
+    would refuse it too)."""
+    if state(venv) == before:
+        return
+    Store(venv.parent.parent).discard(KIND, venv.name)
+    raise BoxStepError(
+        "setup-failed",
+        f"prepare wrote into the cached venv {venv}, which only setup writes (once, when it "
+        "builds it): the venv was removed, so the next run rebuilds it; install into the "
+        "run's own venv (`pip install ...` in prepare does), never into the cached one",
+    )
 
 
 def _line(
@@ -254,12 +278,18 @@ def _line(
     return wrap(argv, writable, pythons) if wrap is not None else argv
 
 
-def _venv_env(venv: Path) -> dict[str, str]:
-    return dict(
-        os.environ,
-        VIRTUAL_ENV=str(venv),
-        PATH=str(venv / "bin") + os.pathsep + os.environ.get("PATH", ""),
-    )
+def _venv_env(venv: Path, pycache: Optional[Path] = None) -> dict[str, str]:
+    """A setup or prepare line's environment: the allow-list (childenv.py: none of this
+    machine's credentials), the venv first on PATH; for prepare, byte code in a folder of its
+    own (a cached venv is never written by a run, not even a __pycache__ in it)."""
+    extra = {
+        "VIRTUAL_ENV": str(venv),
+        "PATH": str(venv / "bin") + os.pathsep + os.environ.get("PATH", ""),
+    }
+    if pycache is not None:
+        pycache.mkdir(parents=True, exist_ok=True)
+        extra["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return childenv.for_setup(os.environ, **extra)
 
 
 def _own(argv: list[str], cwd: Path, ends: float) -> None:

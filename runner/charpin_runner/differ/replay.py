@@ -176,6 +176,10 @@ class _Runner:
         env = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
         env.update(how.env)
         os.makedirs(self.tmp / "run", exist_ok=True)
+        # Byte code of this replay only: no __pycache__ the commit's code planted is read.
+        cache = tempfile.mkdtemp(prefix="pycache-", dir=str(self.tmp / "run"))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = cache
         argv = sandbox_mod.wrap(
             self.guard,
             [self.python, str(self.worker)],

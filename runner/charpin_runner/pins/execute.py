@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from charpin_runner import procgroup
+from charpin_runner import copying, procgroup
 from charpin_runner.config import PinsConfig
 from charpin_runner.errors import RunError
 from charpin_runner.inventory.scripts import find_scripts
@@ -246,6 +246,10 @@ class Session:
             "TZ": "UTC",
             "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
+            # No byte code from any __pycache__ (a planted .pyc in the checkout or a venv must
+            # not run in a pin): a path where no cache can be read or made.
+            "PYTHONPYCACHEPREFIX": os.devnull,
+            "PYTHONNOUSERSITE": "1",
             "HOME": str(sandbox / "home"),
             "TMPDIR": str(sandbox / "tmp"),
         }
@@ -390,9 +394,12 @@ def _prepare(
     work = sandbox / "work"
     if case.fixtures is not None:
         source = session.repo / case.fixtures
+        real = copying.outside(session.repo, source)
+        if real is not None:
+            raise RunError(f"pin {case.id}: " + copying.refusal("fixtures", case.fixtures, real))
         if not source.is_dir():
             raise RunError(f"pin {case.id}: fixtures folder {case.fixtures} is missing; create it")
-        shutil.copytree(source, work, symlinks=True)
+        copying.copy_folder(source, work)
     else:
         work.mkdir()
     (sandbox / "home").mkdir()

@@ -25,13 +25,13 @@ import os
 import posixpath
 import re
 import shlex
-import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from charpin_runner import copying
 from charpin_runner.config import PinsConfig
 from charpin_runner.errors import ConfigError, IntegrityError, UsageError
 from charpin_runner.pins.model import (
@@ -500,11 +500,14 @@ def save_case_folder(
     work = folder / "work"
     source = None if case.fixtures is None else repo / check_rel(case.fixtures, "fixtures")
     if source is not None and source.resolve() != work.resolve():
+        real = copying.outside(repo, source)
+        if real is not None:
+            raise UsageError(f"pin {case.id}: " + copying.refusal("fixtures", str(case.fixtures), real))
         if not source.is_dir():
             raise UsageError(f"pin {case.id}: fixtures folder {case.fixtures} is missing")
         if work.exists():
             raise UsageError(f"{work.relative_to(repo).as_posix()} exists; remove it first")
-        shutil.copytree(source, work, symlinks=True)
+        copying.copy_folder(source, work)
     write_repo_file(folder / "target.txt", (" ".join(target) + "\n").encode("utf-8"))
     vector = [name, *args]
     argv_text = json.dumps(vector, ensure_ascii=False) + "\n"

@@ -150,8 +150,7 @@ HANG = (
 
 def _hanging(tmp_path: Path) -> tuple[Path, Path, Path]:
     pid_file = tmp_path / "test.pid"
-    config = '[tool.charpin]\nenv_allow = ["CHARPIN_PID_FILE"]\n'
-    repo = make_repo(tmp_path / "repo", {"tests/test_h.py": HANG, "pyproject.toml": config})
+    repo = make_repo(tmp_path / "repo", {"tests/test_h.py": HANG})
     return repo, tmp_path / "home", pid_file
 
 
@@ -177,14 +176,14 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_stop_request_stops_the_tests_and_the_receipt_says_interrupted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: Callable[[Path], Agent]
+    tmp_path: Path, start: Callable[[Path], Agent]
 ) -> None:
     repo, home, pid_file = _hanging(tmp_path)
-    monkeypatch.setenv("CHARPIN_PID_FILE", str(pid_file))
     agent = start(home)
     _prepare(agent, repo)
     key = seal.new_key()
-    _launch(agent, key)
+    # The box's configured variables reach the tests (the agent's --pass-env), nothing else.
+    _launch(agent, key, env=[f"CHARPIN_PID_FILE={pid_file}"])
     test_pid = _wait_for(pid_file)
     agent.send({"op": "stop"})
     ended = agent.reply()
@@ -196,13 +195,12 @@ def test_a_stop_request_stops_the_tests_and_the_receipt_says_interrupted(
 
 @pytest.mark.slow
 def test_when_the_coordinator_vanishes_the_run_is_stopped_and_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: Callable[[Path], Agent]
+    tmp_path: Path, start: Callable[[Path], Agent]
 ) -> None:
     repo, home, pid_file = _hanging(tmp_path)
-    monkeypatch.setenv("CHARPIN_PID_FILE", str(pid_file))
     agent = start(home)
     _prepare(agent, repo)
-    _launch(agent, seal.new_key())
+    _launch(agent, seal.new_key(), env=[f"CHARPIN_PID_FILE={pid_file}"])
     test_pid = _wait_for(pid_file)
     assert agent.end() == 0  # the stream ended: no goodbye, no stop request
     assert _gone(test_pid)
