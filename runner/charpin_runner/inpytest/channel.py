@@ -50,10 +50,19 @@ class Record:
     def fileno(self) -> int:
         return self._fds[0] if self._fds else -1
 
+    @property
+    def identity(self) -> tuple[int, int]:
+        """The pipe's identity as the boot took it (every write checks it)."""
+        return (self._identity[0], self._identity[1])
+
     def _usable(self) -> int:
         lost: list[int] = []
         while self._fds and fd_identity(self._fds[0]) != self._identity:
             lost.append(self._fds.pop(0))
+            try:  # no longer ours: closed, so the interposer's own pipe sees its end
+                os.close(lost[-1])
+            except OSError:
+                pass
         if not self._fds:
             sys.stderr.write(
                 f"charpin: the probe's record channel (fd {self._named}) was replaced by the "
@@ -193,6 +202,8 @@ def identity(handle: Optional[IO[str]]) -> Optional[tuple[int, int]]:
     """What the handle's descriptor points at (device, inode), or None when it is gone."""
     if handle is None:
         return None
+    if isinstance(handle, Record):
+        return handle.identity
     try:
         st = os.fstat(handle.fileno())
     except (OSError, ValueError):
