@@ -118,6 +118,31 @@ def test_a_checkout_module_pytest_imports_lazily_never_stands_in_for_it(
     _failure_kept(code, report)
 
 
+@pytest.mark.slow
+def test_a_harness_module_taken_from_the_checkout_later_makes_the_run_incomplete(
+    tmp_path: Path,
+) -> None:
+    """The check behind the preload: a conftest that drops pytest's packaging from sys.modules
+    and imports the checkout's in its place is named at the end of the run."""
+    repo = repo_with(
+        tmp_path / "repo",
+        {
+            "packaging/__init__.py": "VERSION = 'the checkout'\n",
+            "tests/conftest.py": "import sys\nsys.modules.pop('packaging', None)\nimport packaging\n",
+            "tests/test_suite.py": SUITE,
+        },
+    )
+    code, report, folder = run(repo, HOSTS)
+    assert report["not_evaluated"] == [], report["not_evaluated"]
+    for label, box in _boxes(report).items():
+        assert box["interpretation"] == "incomplete", box
+        assert BAD in box["failing"], box
+        receipt = (folder / label / "receipt.json").read_text()
+        assert "pytest's own module packaging was imported from the checkout" in receipt
+        assert "packaging/__init__.py" in receipt
+    assert code != 0
+
+
 # -- b18: pytest-xdist's workers ---------------------------------------------------------------
 
 XDIST = '[tool.pytest.ini_options]\naddopts = "-n 2"\n'
@@ -276,3 +301,21 @@ def test_a_conftest_interposing_on_the_record_descriptor_never_gets_a_clean_run(
         assert said_in_receipt in receipt
         assert "passed, 0 failed" not in receipt
     assert code != 0
+
+
+@pytest.mark.slow
+def test_the_preload_leaves_a_warnings_as_errors_suite_under_xdist_clean(tmp_path: Path) -> None:
+    """Not an attack: pytest warns about every plugin module imported before it could rewrite
+    it, and `filterwarnings = error` makes that warning fatal. The preloaded pytest-xdist says
+    it is not to be rewritten, so such a suite runs as it does without charpin."""
+    repo = repo_with(
+        tmp_path / "repo",
+        {"tests/test_suite.py": "def test_ok():\n    pass\n"},
+        toml=SAY_TOML + XDIST + 'filterwarnings = ["error"]\n',
+    )
+    code, report, folder = run(repo, HOSTS)
+    assert code == 0, report
+    for box in _boxes(report).values():
+        assert box["interpretation"] == "ok", box
+    for box in HOSTS.split(","):
+        assert "PytestAssertRewriteWarning" not in _said(folder, box)

@@ -147,13 +147,32 @@ def _load(name: str) -> bool:
     return True
 
 
+def _not_for_rewrite(tops: set[str]) -> None:
+    """pytest marks a plugin's modules for assertion rewriting and warns (an error under
+    `filterwarnings = error`) about each one already imported: the plugins preload() imported
+    (pytest-xdist) say they are not to be rewritten, as charpin_runner itself does."""
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in tops and module is not None:
+            doc = getattr(module, "__doc__", None) or ""
+            if "PYTEST_DONT_REWRITE" not in doc:
+                try:
+                    module.__doc__ = doc + "\n\nPYTEST_DONT_REWRITE: imported by charpin's boot."
+                except (AttributeError, TypeError):
+                    pass
+
+
 def preload() -> None:
     """Import the harness's dependency closure now (call with only trusted folders on
     sys.path). Remembers the names for shadowed()."""
     tops: set[str] = set()
+    plugins: set[str] = set()
     for dist in _distribution_closure(_ROOTS):
-        tops |= _top_level(dist)
+        names = _top_level(dist)
+        tops |= names
+        if any(entry.group == "pytest11" for entry in dist.entry_points):
+            plugins |= names
     held = {name for name in sorted(tops) if _load(name)}
+    _not_for_rewrite(plugins)
     folders = _stdlib_folders()
     lazy = _imported_names(held) - set(sys.modules) - _SIDE_EFFECTS - tops
     held |= {name for name in sorted(lazy) if _is_stdlib(name, folders) and _load(name)}
