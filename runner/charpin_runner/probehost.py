@@ -35,7 +35,11 @@ import charpin_runner
 from charpin_runner.errors import ConfigError
 
 BOOT_NAME = "charpin_pytest_boot.py"
+WORKER_BOOT_NAME = "charpin_xdist_worker_boot.py"
 PYTHONPATH_VAR = "CHARPIN_BOOT_PYTHONPATH"
+# The parent's record pipe as `DEV:INO` (os.fstat of its write end): the boot checks that the
+# descriptor it was handed is that pipe before it takes it over (inpytest/channel.py).
+IDENTITY_VAR = "CHARPIN_RECORD_IDENTITY"
 # What the boot exits with when the interpreter already held charpin's modules before it ran:
 # something on the interpreter's start-up path (a .pth file) imported them, and the probe would
 # be theirs. pytest's own "internal error" status, so the parent never reads it as a verdict.
@@ -49,6 +53,7 @@ BOOT = r'''
 import os, sys
 _ROOT, _EXTRA, _PACKAGE, _PATH0, _ARGV0 = %(args)r
 _pythonpath = os.environ.pop(%(pythonpath_var)r, None)
+_expected = os.environ.pop(%(identity_var)r, None)
 if any(name == "charpin_runner" or name.startswith("charpin_runner.") for name in sys.modules):
     sys.stderr.write("charpin: the interpreter imported charpin_runner before the probe could "
                      "load (a .pth file or sitecustomize on its start-up path); refusing\n")
@@ -68,52 +73,63 @@ if os.path.realpath(os.path.dirname(_probe.__file__)) != _PACKAGE:
                      "refusing\n" %% _probe.__file__)
     sys.exit(%(tripwire)d)
 _probe.preload()
-import importlib.metadata as _metadata
+from charpin_runner.inpytest import boot as _boot, channel as _channel
+_refused = _channel.adopt(sys.argv, _expected)
+if _refused:
+    sys.stderr.write("charpin: %%s; refusing\n" %% _refused)
+    sys.exit(%(tripwire)d)
+_boot.preload()
 import pytest
 _where = 1 + len(_EXTRA)
-_checkout = os.path.realpath(os.getcwd())
 if _PATH0:
     sys.path.insert(_where, os.getcwd())
     _where += 1
 if _pythonpath is not None:
     os.environ["PYTHONPATH"] = _pythonpath
     sys.path[_where:_where] = [p for p in _pythonpath.split(os.pathsep) if p]
-_sites = set()
-try:
-    import site as _site
-    _sites.update(os.path.realpath(p) for p in _site.getsitepackages())
-    _sites.add(os.path.realpath(_site.getusersitepackages()))
-except Exception:
-    pass
-_all = _metadata.distributions
-def _inside(path, folder):
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-def _installed(**kwargs):
-    # pytest's plugin autoload sees only what is installed in the interpreter's environment,
-    # never a *.dist-info lying in the checkout.
-    for dist in _all(**kwargs):
-        try:
-            where = os.path.realpath(str(dist.locate_file("")))
-        except Exception:
-            continue
-        if _inside(where, _checkout) and not any(_inside(where, s) for s in _sites):
-            continue
-        yield dist
-class _AfterAutoload:
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_load_initial_conftests(self):
-        _metadata.distributions = _all
-_metadata.distributions = _installed
+_boot.settle(os.getcwd())
+_boot.follow_sys_path()
+_boot.guard_autoload()
 sys.argv[0] = _ARGV0 or os.path.join(os.path.dirname(pytest.__file__), "__main__.py")
+_workers = _boot.BootPlugin(os.path.join(_ROOT, %(worker_boot)r))
 try:
-    _code = pytest.main(sys.argv[1:], plugins=[_probe, _AfterAutoload()])
+    _code = pytest.main(sys.argv[1:], plugins=[_probe, _workers])
     sys.stdout.flush()
 except BrokenPipeError:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     _code = 1
-finally:
-    _metadata.distributions = _all
 raise SystemExit(_code)
+'''
+
+# Each pytest-xdist worker: started by the controller's execnet as `PYTHON THIS -u -c BOOTSTRAP`
+# (boot.Workers), in the checkout, with PYTHONPATH moved aside; the same preload as the
+# controller, then xdist's bootstrap as `python -c` would have run it.
+WORKER_BOOT = r'''
+import os, sys
+_ROOT, _EXTRA, _PACKAGE = %(args)r
+_pythonpath = os.environ.pop(%(pythonpath_var)r, None)
+if any(name == "charpin_runner" or name.startswith("charpin_runner.") for name in sys.modules):
+    sys.stderr.write("charpin: the worker's interpreter imported charpin_runner before its "
+                     "boot; refusing\n")
+    sys.exit(%(tripwire)d)
+sys.path[0:1] = [_ROOT] + _EXTRA
+from charpin_runner.inpytest import boot as _boot
+if os.path.realpath(os.path.dirname(os.path.dirname(_boot.__file__))) != _PACKAGE:
+    sys.stderr.write("charpin: the worker's boot loaded from %%s; refusing\n" %% _boot.__file__)
+    sys.exit(%(tripwire)d)
+import charpin_runner.plugin as _probe
+_probe.preload()
+_boot.preload()
+import xdist.remote
+if _pythonpath is not None:
+    os.environ["PYTHONPATH"] = _pythonpath
+_boot.settle(os.getcwd())
+_boot.guard_autoload()
+_code = _boot.worker_code(sys.argv[1:])
+for _name in ("__file__", "__cached__", "_ROOT", "_EXTRA", "_PACKAGE", "_pythonpath", "_boot",
+              "_probe", "_name"):
+    globals().pop(_name, None)
+exec(compile(_code, "<string>", "exec"))
 '''
 
 
@@ -168,9 +184,17 @@ def rewrite(
     source = BOOT % {
         "args": (str(folder), extra, package, path0, argv0),
         "pythonpath_var": PYTHONPATH_VAR,
+        "identity_var": IDENTITY_VAR,
+        "worker_boot": WORKER_BOOT_NAME,
         "tripwire": TRIPWIRE_STATUS,
     }
     boot.write_text(source, encoding="utf-8")
+    worker = WORKER_BOOT % {
+        "args": (str(folder), extra, package),
+        "pythonpath_var": PYTHONPATH_VAR,
+        "tripwire": TRIPWIRE_STATUS,
+    }
+    (folder / WORKER_BOOT_NAME).write_text(worker, encoding="utf-8")
     return Command(argv=[*head, str(boot), *tail], root=folder)
 
 
@@ -179,13 +203,19 @@ def discard(command: Command) -> None:
     shutil.rmtree(command.root, ignore_errors=True)
 
 
-def environment(env: dict[str, str]) -> dict[str, str]:
-    """env for the boot: PYTHONPATH moved aside (the boot restores it after the probe loaded)."""
+def environment(env: dict[str, str], record_fd: Optional[int] = None) -> dict[str, str]:
+    """env for the boot: PYTHONPATH moved aside (the boot restores it after the probe loaded),
+    and the identity of the parent's record pipe (record_fd, its write end) for the boot to
+    check."""
     out = dict(env)
     given = out.pop("PYTHONPATH", None)
     out.pop(PYTHONPATH_VAR, None)
+    out.pop(IDENTITY_VAR, None)
     if given is not None:
         out[PYTHONPATH_VAR] = given
+    if record_fd is not None:
+        st = os.fstat(record_fd)
+        out[IDENTITY_VAR] = f"{st.st_dev}:{st.st_ino}"
     return out
 
 

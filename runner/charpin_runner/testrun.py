@@ -85,7 +85,7 @@ def run_tests(
             ending = run_child(
                 wrapped,
                 request.repo,
-                probehost.environment(env),
+                probehost.environment(env, pipe.write_fd),
                 request.timeout if timeout is None else timeout,
                 stop,
                 request.kill_adopted,

@@ -18,12 +18,29 @@ from tests.hostile.harness import BOX_KINDS, host_for, repo_with, run
 SUITE = "def test_ok():\n    pass\n\n\ndef test_bad():\n    assert 0\n"
 BAD = "tests/test_suite.py::test_bad"
 
-# Finds the record wherever --charpin-receipt says it is (a path before; the pipe's fd now),
-# writes a complete, passing record over or after it, and ends the process with status 0.
-ATEXIT_FORGERY = """
+# The record's descriptor as the code under test finds it: charpin's boot moved the pipe named
+# by --charpin-receipt=fd:N to private descriptors, which /proc/self/fd still lists.
+FIND_RECORD = """
+import os, stat, sys
+
+def _record_fd():
+    for name in sorted(os.listdir('/proc/self/fd'), key=int):
+        try:
+            if int(name) > 2 and stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+                return int(name)
+        except OSError:
+            pass
+"""
+
+# Finds the record wherever it is (a path before; the pipe's private descriptor now), writes a
+# complete, passing record over or after it, and ends the process with status 0.
+ATEXIT_FORGERY = FIND_RECORD + """
 import atexit, json, os, sys
 
 def _record():
+    fd = _record_fd()
+    if fd is not None:
+        return f'fd:{fd}'
     for arg in sys.argv:
         if arg.startswith('--charpin-receipt='):
             return arg.split('=', 1)[1]
@@ -73,16 +90,14 @@ def pytest_runtest_logreport(report):
 
 # Points the record's file descriptor at a pipe of its own (dup2) that drops every line
 # about the failing test, and puts the original back before the session ends.
-FD_SWAP = """
+FD_SWAP = FIND_RECORD + """
 import os, sys, threading
 import pytest
 
 _saved = {}
 
 def _fd():
-    for arg in sys.argv:
-        if arg.startswith('--charpin-receipt=fd:'):
-            return int(arg.rsplit(':', 1)[1])
+    return _record_fd()
 
 def _pump(read_end, out):
     with os.fdopen(read_end, 'rb') as source:
@@ -157,16 +172,14 @@ def test_emptying_the_probes_state_in_place_hides_no_failure(
 @pytest.mark.slow
 def test_a_descriptor_swapped_under_the_probe_is_still_no_clean_run(tmp_path: Path) -> None:
     """Another of the same class, not fixed by hand: the record filtered through a pipe of the
-    test's own, the descriptor put back before the end. What gets through is inconsistent, and
-    the run is never clean."""
+    test's own, the descriptor put back before the end. The probe checks the descriptor before
+    every line: the first one after the swap goes through its spare copy, saying so."""
     repo = repo_with(
         tmp_path / "repo", {"tests/conftest.py": FD_SWAP, "tests/test_suite.py": SUITE}
     )
     code, report, folder = run(repo, "clean")
     box = _not_clean(code, report)
     assert box["interpretation"] == "incomplete", box
-    # The lines that got through contradict each other: tests ran that no collection line
-    # selected, and the failure pytest reported is there once the descriptor is back.
     assert BAD in box["failing"], box
     receipt = (folder / "clean" / "receipt.json").read_text()
-    assert "executed test(s) were never selected" in receipt
+    assert "the code under test replaced the probe's channel" in receipt

@@ -20,7 +20,8 @@ PYTEST_SIDE = {
     *(
         f"charpin_runner.inpytest.{name}"
         for name in (
-            "collection", "outcomes", "paths", "recorder", "reports", "state", "traced", "wrappers"
+            "boot", "collection", "outcomes", "paths", "recorder", "reports", "state", "traced",
+            "wrappers",
         )
     ),
 }

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from charpin_runner.inpytest import (
+    boot,
     channel,
     collection,
     outcomes,
@@ -94,6 +95,7 @@ class Probe(CollectionHooks, ReportHooks, TracingHooks):
         """Name what the code under test changed in the probe itself, by content (best effort:
         code that runs inside pytest can also change this check)."""
         found = channel.changed(PRISTINE, channel.fingerprints(guarded(self)))
+        found += boot.shadowed()
         found += [
             f"Probe.{name} (replaced)"
             for name, value in self._state.items()
