@@ -358,6 +358,9 @@ class Differential:
     seed: int = 0
     wall_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # Lines of the changed files the patched version ran on generated inputs that both versions
+    # answered alike: change coverage by evidence, as the tests' own lines are (added in 0.4).
+    reached: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

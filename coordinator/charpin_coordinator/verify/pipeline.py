@@ -41,15 +41,16 @@ from charpin_coordinator.remote.boxrun import Phase
 from charpin_coordinator.remote.run import Options, RunResult, plan, run
 from charpin_coordinator.report import NotEvaluated
 from charpin_coordinator.verify import evidence, gates, judged, patch, reuse, static, testside
+from charpin_coordinator.verify.budget import Generate
 from charpin_coordinator.verify.report import (
     VERIFY_REPORT_VERSION,
     WHOLE_PATCH,
     BoxVerdict,
-    Evidence,
     Observation,
     TestSideSummary,
     VerifyGate,
     VerifyReport,
+    evidence_of,
 )
 
 DEFAULT_HOSTS = "clean"
@@ -77,6 +78,10 @@ class VerifyOptions:
     jobs: int = 4
     # Take the base receipts from an earlier verify of the same base, config and boxes.
     reuse_base: bool = False
+    # Behaviour beyond the asserts (#19): change coverage, replayed calls, generated inputs
+    # (--no-differential turns all three off; --generated N / --generated-seconds S).
+    differential: bool = True
+    generate: Generate = field(default_factory=Generate)
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,13 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     # Behaviour beyond the asserts (#19): the base run captures the calls into the changed
     # functions; the judged run traces the changed files and replays those calls on both.
     what = evidence.changed(repo, made.base, runs, evidence.production(scope), scope.base_functions)
+    notes: list[str] = []
+    if not options.differential:
+        what = evidence.Changed(cover=[], capture=[], added={}, base_files={})
+        notes.append(
+            "--no-differential: no change coverage, replayed calls or generated inputs; "
+            "Behaviour is judged by the pins alone"
+        )
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():
@@ -141,7 +153,6 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         confine=True,
         capture=tuple(what.capture),
     )
-    notes: list[str] = []
     config_sha = _config_sha(base_config.table, what.capture)
     reused = (
         _reusable_base(repo, made.base, config_sha, options, notes) if options.reuse_base else None
@@ -154,7 +165,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         patch_sha256=made.patch_sha256,
         capture=(),
         cover=tuple(what.cover),
-        differential=_job(base_run, what),
+        differential=_job(base_run, what, options.generate),
     )
     if base_run.interrupted:
         # Ctrl-C (or SIGTERM) during the base run stops the whole verify: no patched run starts.
@@ -283,35 +294,17 @@ def judge(
         exit_code=code,
         exit_bits=bits,
         test_side=_summary(how) if how is not None else None,
-        evidence=[_evidence(label, beyond[label]) for label in sorted(beyond)],
+        evidence=[evidence_of(label, beyond[label]) for label in sorted(beyond)],
     )
 
 
-def _evidence(label: str, found: evidence.Found) -> Evidence:
-    compared = found.differential
-    replayed = compared.replayed if compared is not None else []
-    not_compared = dict(compared.not_compared) if compared is not None else {}
-    not_compared.update({r.id: r.why for r in replayed if r.verdict == "not compared"})
-    return Evidence(
-        box=label,
-        compared=sum(1 for r in replayed if r.verdict in ("same", "differs")),
-        same=sum(1 for r in replayed if r.verdict == "same"),
-        differs=sum(1 for r in replayed if r.verdict == "differs"),
-        not_compared=not_compared,
-        unreached=list(found.unreached),
-        untraced=found.untraced,
-        seed=compared.seed if compared is not None else 0,
-        seconds=compared.wall_seconds if compared is not None else 0.0,
-    )
-
-
-def _job(base_run: RunResult, what: evidence.Changed) -> bytes:
+def _job(base_run: RunResult, what: evidence.Changed, generate: Generate) -> bytes:
     """The differential job for the judged run, from every box's base receipt ("" when the
     patch changes no function the base's tests could call)."""
     if not what.capture:
         return b""
     receipts = [o.receipt for o in base_run.outcomes if o.receipt is not None]
-    return evidence.job(receipts, what)
+    return evidence.job(receipts, what, generate)
 
 
 def _summary(how: judged.Judging) -> TestSideSummary:

@@ -73,8 +73,8 @@ class Budget:
 class _Served:
     """One worker in serve mode: requests on a pipe, answers read with a deadline."""
 
-    def __init__(self, runner: replay._Runner, tree: Path, label: str):
-        self.runner, self.tree, self.label = runner, tree, label
+    def __init__(self, runner: replay._Runner, tree: Path, label: str, cover: list[str]):
+        self.runner, self.tree, self.label, self.cover = runner, tree, label, cover
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.requests: Optional[IO[str]] = None
         self.answers = -1
@@ -93,6 +93,7 @@ class _Served:
             "fd": answer_write,
             "serve": True,
             "requests": request_read,
+            "cover": self.cover,
         }
         errors = open(self.runner.tmp / f"generated-{self.label}.err", "ab")
         try:
@@ -172,10 +173,24 @@ class _Served:
 class _Trio:
     """Base, base again and patched, asked the same things in the same order."""
 
-    def __init__(self, runner: replay._Runner, base: Path, patched: Path):
+    def __init__(
+        self, runner: replay._Runner, base: Path, patched: Path, cover: Optional[list[str]] = None
+    ):
         trees = {"base": base, "again": base, "patched": patched}
-        self.sides = {side: _Served(runner, trees[side], side) for side in _SIDES}
+        self.sides = {
+            side: _Served(runner, trees[side], side, list(cover or []) if side == "patched" else [])
+            for side in _SIDES
+        }
         self.count = 0
+        # The lines of the changed files the patched version ran on inputs answered alike.
+        self.reached: dict[str, set[int]] = {}
+
+    def reach(self, said: Optional[dict[str, Any]]) -> None:
+        lines = (said or {}).get("lines")
+        if isinstance(lines, dict):
+            for path, numbers in lines.items():
+                mine = self.reached.setdefault(str(path), set())
+                mine.update(n for n in numbers if isinstance(n, int))
 
     def ask(
         self, request: dict[str, Any], sides: tuple[str, ...] = _SIDES
@@ -203,15 +218,17 @@ def run(
     calls: dict[str, list[dict[str, str]]],
     seed: int,
     skip: set[str],
-) -> tuple[list[Replayed], list[str]]:
-    """Generated inputs for the job's functions (wanted: verify's "generate" section)."""
+) -> tuple[list[Replayed], list[str], dict[str, list[int]]]:
+    """Generated inputs for the job's functions (wanted: verify's "generate" section), and the
+    lines of its "cover" files the patched version ran on the inputs answered alike."""
     budget = Budget.read(wanted)
     names = [str(n) for n in wanted.get("functions", []) if isinstance(n, str)]
+    cover = [str(c) for c in wanted.get("cover", []) if isinstance(c, str)]
     found: list[Replayed] = []
     notes: list[str] = []
     if budget.examples <= 0 or not names:
-        return found, notes
-    trio = _Trio(runner, base, patched)
+        return found, notes, {}
+    trio = _Trio(runner, base, patched, cover)
     ends = time.monotonic() + budget.total
     try:
         for name in sorted(names):
@@ -224,7 +241,7 @@ def run(
             found.append(_one(trio, name, calls.get(name, []), budget, seed, ends))
     finally:
         trio.close()
-    return found, notes
+    return found, notes, {path: sorted(lines) for path, lines in sorted(trio.reached.items())}
 
 
 def rerun(
@@ -327,6 +344,7 @@ def _one(
         verdict, why = _judge(answers)
         if verdict == "same":
             compared += 1
+            trio.reach(answers["patched"])
             continue
         if verdict == "skip":
             skipped[why] += 1

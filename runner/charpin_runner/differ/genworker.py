@@ -350,7 +350,45 @@ def serve_call(request):
     except BaseException as exc:
         say(id=request["id"], skip=f"the input does not build here ({type(exc).__name__}: {exc})")
         return
-    perform(request["id"], function, args, kwargs, before, call_text)
+    if not covered:
+        perform(request["id"], function, args, kwargs, before, call_text)
+        return
+    lines = {}
+
+    def local(frame, event, arg):
+        if event == "line":
+            lines.setdefault(covered[frame.f_code.co_filename], set()).add(frame.f_lineno)
+        return local
+
+    def started(frame, event, arg):
+        name = frame.f_code.co_filename
+        if name not in covered:
+            return None
+        lines.setdefault(covered[name], set()).add(frame.f_lineno)
+        return local
+
+    def ran():
+        sys.settrace(None)
+        return {"lines": {path: sorted(numbers) for path, numbers in lines.items()}}
+
+    sys.settrace(started)
+    try:
+        perform(request["id"], function, args, kwargs, before, call_text, ran)
+    finally:
+        sys.settrace(None)
+
+
+def _covered():
+    """co_filename -> the changed file's path in the tree, for the files the job traces."""
+    found = {}
+    for rel in job.get("cover", []):
+        full = os.path.join(job["root"], rel)
+        found[full] = rel
+        found[os.path.realpath(full)] = rel
+    return found
+
+
+covered = _covered()
 
 
 if job.get("serve"):

@@ -108,6 +108,7 @@ def run(
     replayed: list[Replayed] = []
     generated: list[Replayed] = []
     notes: list[str] = []
+    reached: dict[str, list[int]] = {}
     wanted, inputs = job.get("generate"), job.get("inputs")
     with tempfile.TemporaryDirectory(prefix="charpin-differ-") as scratch:
         base = _base_tree(repo, job.get("base_files", {}), Path(scratch) / "base")
@@ -131,7 +132,7 @@ def run(
             from charpin_runner.differ import generated as gen
 
             differing = {r.function for r in replayed if r.verdict == "differs"}
-            generated, notes = gen.run(runner, base, repo, wanted, calls, seed, differing)
+            generated, notes, reached = gen.run(runner, base, repo, wanted, calls, seed, differing)
     return Differential(
         replayed=replayed,
         generated=generated,
@@ -139,6 +140,7 @@ def run(
         seed=seed,
         wall_seconds=round(time.monotonic() - began, 3),
         notes=notes,
+        reached=reached,
     )
 
 

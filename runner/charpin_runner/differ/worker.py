@@ -162,8 +162,9 @@ def run_one(function, call, name):
     perform(call["id"], function, args, kwargs, before, call_text)
 
 
-def perform(call_id, function, args, kwargs, before, call_text):
-    """Call function(*args, **kwargs) in a fresh folder and say what it did."""
+def perform(call_id, function, args, kwargs, before, call_text, extra=None):
+    """Call function(*args, **kwargs) in a fresh folder and say what it did (with what extra(),
+    the caller's, adds once the call is over)."""
     here = tempfile.mkdtemp(prefix="charpin-call-")
     os.chdir(here)
     out, err = io.StringIO(), io.StringIO()
@@ -215,6 +216,7 @@ def perform(call_id, function, args, kwargs, before, call_text):
         stderr=err.getvalue()[-4000:],
         files=files,
         took=round(took, 6),
+        **(extra() if extra is not None else {}),
     )
 
 
