@@ -128,6 +128,8 @@ def _git_moves(before: gitstate.GitState, after: gitstate.GitState) -> list[str]
     return out
 
 
+
+
 def state_after(repo: Path, before: gitstate.GitState) -> tuple[gitstate.GitState, list[str]]:
     """Git state after a run, measured with the ignore rules in force before it, and what the
     repository's git setup says about the run; a repository the tests broke is recorded, not

@@ -73,6 +73,8 @@ MEASURE_SECONDS = 900.0
 _NO_SUBMODULES = "--ignore-submodules=dirty"
 
 
+
+
 @dataclass(frozen=True)
 class GitState:
     """HEAD, its tree, the dirty paths and a content key per dirty path, plus what steers git.

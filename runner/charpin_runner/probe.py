@@ -320,9 +320,7 @@ def _read_unverified(data: ProbeData, record: dict[str, Any]) -> None:
 
 
 def _read_call(data: ProbeData, record: dict[str, Any]) -> None:
-    data.calls.append(
-        (_str(record["function"]), _str(record.get("test", "")), _str(record["args"]))
-    )
+    data.calls.append((_str(record["function"]), _str(record.get("test", "")), _str(record["args"])))
 
 
 def _read_coverage(data: ProbeData, record: dict[str, Any]) -> None:

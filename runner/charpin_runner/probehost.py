@@ -45,7 +45,7 @@ _PYTEST_SCRIPTS = re.compile(r"(py\.test|pytest)(-?\d+(\.\d+)*)?")
 _SH_EXEC = re.compile(rb"^'''exec' \"?([^\"\n]+?)\"? \"\$0\" \"\$@\"", re.MULTILINE)
 _SHEBANG_BYTES = 1024
 
-BOOT = r"""
+BOOT = r'''
 import os, sys
 _ROOT, _EXTRA, _PACKAGE, _PATH0, _ARGV0 = %(args)r
 _pythonpath = os.environ.pop(%(pythonpath_var)r, None)
@@ -106,7 +106,7 @@ except BrokenPipeError:
 finally:
     _metadata.distributions = _all
 raise SystemExit(_code)
-"""
+'''
 
 
 def make_root(parent: Optional[Path] = None) -> tuple[Path, list[str], str]:

@@ -203,7 +203,9 @@ def sandbox_plan(
         protect += interpreters.watch_roots(python)
     # A venv inside the checkout (`.venv/` made by hand on `local`): read-only under bwrap and
     # watched without it; never removed (it is the user's).
-    protect += [p for p in sandbox.protected_inside([str(repo)]) if os.path.basename(p) != ".git"]
+    protect += [
+        p for p in sandbox.protected_inside([str(repo)]) if os.path.basename(p) != ".git"
+    ]
     code = Path(charpin_runner.__file__).resolve().parent
     protect.append(str(code.parent if code.parent.is_file() else code))
     # A runner folder shipped by charpin-remote (it has __main__.py) runs from byte code
@@ -288,9 +290,7 @@ def _repo_path(value: str, flag: str) -> str:
     """A repository-relative path as the probe records it (no `..`, not absolute)."""
     parts = value.split("/")
     if not value or value.startswith("/") or ".." in parts or "\0" in value:
-        raise UsageError(
-            f"{flag} {value!r} is not a path inside the repository; e.g. {flag} src/app.py"
-        )
+        raise UsageError(f"{flag} {value!r} is not a path inside the repository; e.g. {flag} src/app.py")
     return value
 
 

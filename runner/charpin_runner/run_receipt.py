@@ -186,7 +186,9 @@ def _differential(request: Request, guard: sandbox_mod.Guard) -> Differential:
     return replay.run(request.repo, job, sandbox_mod.again(guard), python, env)
 
 
-def _tracing(request: Request, probe: ProbeData, pin_lines: dict[str, set[int]]) -> Tracing | None:
+def _tracing(
+    request: Request, probe: ProbeData, pin_lines: dict[str, set[int]]
+) -> Tracing | None:
     """What the probe traced of the files verify asked about, calls numbered per function,
     with the lines the pins ran."""
     if not request.cover and not request.capture:
@@ -199,9 +201,7 @@ def _tracing(request: Request, probe: ProbeData, pin_lines: dict[str, set[int]])
     untraced = probe.untraced or ("" if probe.started else "the probe did not start")
     every = set(request.cover) | set(probe.lines) | set(pin_lines)
     return Tracing(
-        lines={
-            p: sorted(set(probe.lines.get(p, [])) | pin_lines.get(p, set())) for p in sorted(every)
-        },
+        lines={p: sorted(set(probe.lines.get(p, [])) | pin_lines.get(p, set())) for p in sorted(every)},
         calls=calls,
         dropped=probe.not_kept,
         unavailable=untraced,
@@ -329,7 +329,9 @@ def _replay_pins(
         # Pin targets are the code under test too: in the tests' sandbox view, and every
         # process they start gone with the namespace. The folder holding the pins' copies is
         # writable; each pin sets its own HOME and TMPDIR in it.
-        return sandbox_mod.wrap(guard, argv, folder, pythons=(pins_python,), private_home=False)
+        return sandbox_mod.wrap(
+            guard, argv, folder, pythons=(pins_python,), private_home=False
+        )
 
     try:
         pins = replay_for_receipt(

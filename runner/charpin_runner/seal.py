@@ -53,9 +53,7 @@ def read_key_from_stdin() -> str:
     os.dup2(devnull, 0)
     os.close(devnull)
     if not _KEY.fullmatch(line):
-        raise UsageError(
-            "--seal-stdin expects 64 hex digits on standard input; charpin-remote sends them"
-        )
+        raise UsageError("--seal-stdin expects 64 hex digits on standard input; charpin-remote sends them")
     not_dumpable()
     return line.decode("ascii")
 

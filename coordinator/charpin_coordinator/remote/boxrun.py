@@ -440,7 +440,9 @@ def _split(reply: Mapping[str, Any], data: bytes) -> dict[str, tuple[bytes, str 
     return parts
 
 
-def _log(name: str, parts: Mapping[str, tuple[bytes, str | None, bool]], redact: Redactor) -> bytes:
+def _log(
+    name: str, parts: Mapping[str, tuple[bytes, str | None, bool]], redact: Redactor
+) -> bytes:
     """A fetched log, masked; a capped one from its first whole line (rule 6: the cap must
     never leave half of a secret unmasked)."""
     data, problem, truncated = parts[name]

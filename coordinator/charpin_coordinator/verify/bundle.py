@@ -103,9 +103,7 @@ def read_bundle(path: Path, *, allowed_signers: Path | None = None) -> Checked:
                 f"{where}: the bundle is not signed and allowed signers were given; refused"
             )
         # First: with a signer list, nothing in a manifest nobody trusted is worth reading.
-        signer = bundlesign.verify_signature(
-            members.get(MANIFEST, b""), signature, allowed_signers, where
-        )
+        signer = bundlesign.verify_signature(members.get(MANIFEST, b""), signature, allowed_signers, where)
         state = "verified"
     manifest = _check_members(members, where, "the bundle is refused")
     outcome = str(manifest["outcome"])
@@ -157,9 +155,7 @@ def _check_members(members: dict[str, bytes], where: str, fate: str) -> dict[str
         raise IntegrityError(f"{where}: no {MANIFEST}; not a charpin evidence bundle, {fate}")
     for name, data in members.items():
         if len(data) > bundletar.cap(name):
-            raise IntegrityError(
-                f"{where}: {name} is over its {bundletar.cap(name)}-byte cap; {fate}"
-            )
+            raise IntegrityError(f"{where}: {name} is over its {bundletar.cap(name)}-byte cap; {fate}")
     manifest = _manifest(raw, where, fate)
     expected = _expected(manifest)
     extra, missing = sorted(set(members) - set(expected)), sorted(set(expected) - set(members))

@@ -70,9 +70,7 @@ def verify_signature(manifest: bytes, signature: bytes, allowed: Path, where: st
         ssh_keygen = keygen()
         # find-principals only matches the signature's key against the list; -Y verify then
         # checks the signature over the manifest's bytes, the namespace and the key's options.
-        found = run_keygen(
-            [ssh_keygen, "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)]
-        )
+        found = run_keygen([ssh_keygen, "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)])
         principals = found.stdout.decode("utf-8", "replace").split("\n")
         principal = principals[0].strip()
         if found.returncode != 0 or not principal:

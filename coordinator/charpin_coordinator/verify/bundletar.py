@@ -129,7 +129,8 @@ def members_read(handle: IO[bytes], size: int, where: str) -> dict[str, bytes]:
             end = tar.offset
     except (tarfile.TarError, EOFError) as exc:
         raise IntegrityError(
-            f"{where}: not a readable tar archive ({line(str(exc))}), truncated or damaged; refused"
+            f"{where}: not a readable tar archive ({line(str(exc))}), truncated or damaged; "
+            "refused"
         ) from None
     check_end(handle, end, size, where)
     return out

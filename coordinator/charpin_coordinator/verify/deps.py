@@ -62,15 +62,12 @@ _PYPROJECT = (
 )
 _SETUP_CFG_OPTIONS = ("install_requires", "setup_requires", "tests_require", "dependency_links")
 
-
 def dependencies(repo: Path, base: str, patched: str) -> list[str]:
     """One entry per dependency declaration the patch changed (`path: [table].key`, or the path of
     a file that is a declaration as a whole)."""
     base, patched = gitread.commits(repo, base, patched)
     found: list[str] = []
-    parsed: list[
-        tuple[gitread.Change, bool]
-    ] = []  # (change, is a pyproject.toml rather than setup.cfg)
+    parsed: list[tuple[gitread.Change, bool]] = []  # (change, is a pyproject.toml rather than setup.cfg)
     for change in gitread.changes(repo, base, patched):
         names = {PurePosixPath(p).name for p in change.paths}
         if names & {"pyproject.toml", "setup.cfg"}:
@@ -156,3 +153,5 @@ def _setup_cfg(data: bytes) -> dict[str, list[str]] | str:
                     # One requirement a line; re-indenting or reflowing is not a change.
                     out[f"[{section}].{key}"] = [s.strip() for s in value.splitlines() if s.strip()]
     return out
+
+

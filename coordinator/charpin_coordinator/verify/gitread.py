@@ -123,6 +123,8 @@ def blobs(repo: Path, shas: Iterable[str]) -> dict[str, bytes]:
     return out
 
 
+
+
 def tree_files(repo: Path, commit: str) -> dict[str, tuple[str, str]]:
     """path -> (mode, object id) of every file and link in commit's tree (submodules left out)."""
     raw = git(repo, "ls-tree", "-r", "-z", "--full-tree", commit)

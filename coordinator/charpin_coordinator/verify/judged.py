@@ -68,9 +68,7 @@ def judging(repo: Path, base: str, patched: str, changed: tuple[str, ...]) -> Ju
     mixed = [p.split(" ", 1)[0] for p in found if p.split(" ", 1)[0] in _MIXED]
     restore = sorted({*side.files, *(c for c in changed if side.covers(c)), *mixed})
     tests = [c for c in changed if side.covers(c) and not testside.is_harness_file(c)]
-    own = sorted(
-        c for c in tests if c in patched_tree and c.endswith(".py") and _test_file(side, c)
-    )
+    own = sorted(c for c in tests if c in patched_tree and c.endswith(".py") and _test_file(side, c))
     return Judging(
         side=side,
         restore=restore,
@@ -171,20 +169,8 @@ def _aware(
     production = [p for p in changed if p in tree and not side.covers(p)]
     if not production:
         return []
-    diff = gitread.git(
-        repo,
-        "diff",
-        "-U0",
-        "--no-color",
-        "--no-ext-diff",
-        "--no-textconv",
-        "--src-prefix=a/",
-        "--dst-prefix=b/",
-        base,
-        patched,
-        "--",
-        *production,
-    )
+    diff = gitread.git(repo, "diff", "-U0", "--no-color", "--no-ext-diff", "--no-textconv",
+                       "--src-prefix=a/", "--dst-prefix=b/", base, patched, "--", *production)
     added = harness.added_lines(diff)
     shas = {p: tree[p][1] for p in production if p in added and tree[p][0] in gitread.REGULAR}
     blobs = gitread.blobs(repo, shas.values())

@@ -18,6 +18,7 @@ from charpin_coordinator.verify.scope import MODULE, Scope, scope
 _SCRIPT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
 
 
+
 def entry_points(repo: Path, base: str, patched: str) -> list[str]:
     """Drift of the runner's entry-point inventory from base to patched: entry points added or
     removed, environment keys (and import-time effects) that an entry point newly reads."""

@@ -89,11 +89,7 @@ class Agent:
             return {"ok": False, "kind": "runner-failed", "error": str(exc)}, b""
         except Exception as exc:  # one box's surprise must still reach the coordinator as a reply
             text = " ".join(str(exc).split())
-            return {
-                "ok": False,
-                "kind": "runner-failed",
-                "error": f"{type(exc).__name__}: {text}",
-            }, b""
+            return {"ok": False, "kind": "runner-failed", "error": f"{type(exc).__name__}: {text}"}, b""
 
     # -- steps ------------------------------------------------------------------------------
 

@@ -30,7 +30,6 @@ _quote = json.encoder.encode_basestring_ascii
 
 class ReportHooks(ProbeState):
     """Test reports: predicted by the innermost makereport wrapper, checked as they arrive."""
-
     # -- test reports -------------------------------------------------------------------------
 
     if NEW_STYLE:

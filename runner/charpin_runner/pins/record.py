@@ -344,6 +344,4 @@ def save_recordings(pin_set: PinSet, new: Optional[Case], recorded: dict[str, Re
         got = recorded.get(pin.case.id)
         if got is not None:
             save_golden(pin_set.goldens_dir, pin.case.id, got.observation)
-            save_expect(
-                pin_set.cases_dir / pin.case.id, got.case.expect_crash, got.case.crash_frames
-            )
+            save_expect(pin_set.cases_dir / pin.case.id, got.case.expect_crash, got.case.crash_frames)

@@ -443,9 +443,7 @@ def save_expect(folder: Path, expect_crash: bool, frames: bool = False) -> None:
     (with `"frames": true` when its traceback's frames are compared too)."""
     path = folder / "expect.json"
     if expect_crash:
-        write_repo_file(
-            path, b'{"crash": true, "frames": true}\n' if frames else b'{"crash": true}\n'
-        )
+        write_repo_file(path, b'{"crash": true, "frames": true}\n' if frames else b'{"crash": true}\n')
     elif path.is_file():
         path.unlink()
 

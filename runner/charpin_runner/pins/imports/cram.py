@@ -379,7 +379,9 @@ def plan(
     # source's patterns are matched against what the program printed, before normalisation
     # (prysk keeps the work path rule: it writes the temporary folder as $TMPDIR).
     raw = [NormRule(name="work", kind="work")] if dialect.prysk else []
-    result = Plan(f"{dialect.name} .t", [], kept=kept, lost=lost, partial=True, raw_normalise=raw)
+    result = Plan(
+        f"{dialect.name} .t", [], kept=kept, lost=lost, partial=True, raw_normalise=raw
+    )
     for test in files:
         rel = repo_relative(repo, test, "test file")
         try:
