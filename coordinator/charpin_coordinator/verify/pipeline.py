@@ -46,11 +46,11 @@ from charpin_coordinator.verify.report import (
     VERIFY_REPORT_VERSION,
     WHOLE_PATCH,
     BoxVerdict,
+    Evidence,
     Observation,
     TestSideSummary,
     VerifyGate,
     VerifyReport,
-    evidence_of,
 )
 
 DEFAULT_HOSTS = "clean"
@@ -294,7 +294,29 @@ def judge(
         exit_code=code,
         exit_bits=bits,
         test_side=_summary(how) if how is not None else None,
-        evidence=[evidence_of(label, beyond[label]) for label in sorted(beyond)],
+        evidence=[_evidence(label, beyond[label]) for label in sorted(beyond)],
+    )
+
+
+def _evidence(label: str, found: evidence.Found) -> Evidence:
+    compared = found.differential
+    replayed = compared.replayed if compared is not None else []
+    not_compared = dict(compared.not_compared) if compared is not None else {}
+    not_compared.update({r.id: r.why for r in replayed if r.verdict == "not compared"})
+    generated = compared.generated if compared is not None else []
+    return Evidence(
+        box=label,
+        compared=sum(1 for r in replayed if r.verdict in ("same", "differs")),
+        same=sum(1 for r in replayed if r.verdict == "same"),
+        differs=sum(1 for r in replayed if r.verdict == "differs"),
+        not_compared=not_compared,
+        unreached=list(found.unreached),
+        untraced=found.untraced,
+        seed=compared.seed if compared is not None else 0,
+        seconds=compared.wall_seconds if compared is not None else 0.0,
+        generated=sum(g.examples for g in generated if g.verdict in ("same", "differs")),
+        generated_differs=sum(1 for g in generated if g.verdict == "differs"),
+        generated_not_compared={g.id: g.why for g in generated if g.verdict == "not compared"},
     )
 
 

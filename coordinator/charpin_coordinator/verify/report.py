@@ -6,14 +6,11 @@ renderers (verify/render.py) and the evidence bundle read it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 
 from charpin_coordinator.report import Base, DriftReport, GateStatus, NotEvaluated
-
-if TYPE_CHECKING:
-    from charpin_coordinator.verify.evidence import Found
 
 VERIFY_REPORT_VERSION = 2
 
@@ -111,30 +108,6 @@ class Evidence(Base):
     generated: int = 0
     generated_differs: int = 0
     generated_not_compared: dict[str, str] = msgspec.field(default_factory=dict)
-
-
-def evidence_of(label: str, found: Found) -> Evidence:
-    """One box's Evidence: the counts of its judged run's differential (what the report keeps;
-    the receipt keeps every call)."""
-    compared = found.differential
-    replayed = compared.replayed if compared is not None else []
-    generated = compared.generated if compared is not None else []
-    not_compared = dict(compared.not_compared) if compared is not None else {}
-    not_compared.update({r.id: r.why for r in replayed if r.verdict == "not compared"})
-    return Evidence(
-        box=label,
-        compared=sum(1 for r in replayed if r.verdict in ("same", "differs")),
-        same=sum(1 for r in replayed if r.verdict == "same"),
-        differs=sum(1 for r in replayed if r.verdict == "differs"),
-        not_compared=not_compared,
-        unreached=list(found.unreached),
-        untraced=found.untraced,
-        seed=compared.seed if compared is not None else 0,
-        seconds=compared.wall_seconds if compared is not None else 0.0,
-        generated=sum(g.examples for g in generated if g.verdict in ("same", "differs")),
-        generated_differs=sum(1 for g in generated if g.verdict == "differs"),
-        generated_not_compared={g.id: g.why for g in generated if g.verdict == "not compared"},
-    )
 
 
 class VerifyReport(Base):
