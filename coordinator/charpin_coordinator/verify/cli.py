@@ -91,19 +91,18 @@ def add_parsers(sub: Any) -> None:
         "generated inputs (faster; the verdict is weaker)",
     )
     add(
-        "--generated",
+        "--generate",
         type=int,
-        default=Generate.examples,
         metavar="N",
-        help=f"generated inputs per changed public function (default {Generate.examples}; 0: none)",
+        help=f"generated inputs per changed public function (default {Generate.examples}, or "
+        "[tool.charpin.verify] generate; 0: none)",
     )
     add(
-        "--generated-seconds",
+        "--generate-seconds",
         type=float,
-        default=Generate.seconds,
         metavar="S",
-        help=f"seconds of generated inputs per function (default {Generate.seconds:g}; "
-        f"{Generate.total_seconds:g} s for all functions together)",
+        help=f"seconds of generated inputs per function (default {Generate.seconds:g}, or "
+        f"[tool.charpin.verify] generate_seconds; {Generate.total_seconds:g} s for all together)",
     )
     add(
         "--reuse-base",
@@ -145,12 +144,12 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-changed {args.max_changed} must be 0 or more")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs} must be at least 1; e.g. --jobs 4")
-    if args.generated < 0:
-        raise UsageError(f"--generated {args.generated} must be 0 or more; 0 turns them off")
-    if not args.generated_seconds > 0 or args.generated_seconds > 3600:
+    if args.generate is not None and args.generate < 0:
+        raise UsageError(f"--generate {args.generate} must be 0 or more; 0 turns them off")
+    if args.generate_seconds is not None and not 0 < args.generate_seconds <= 3600:
         raise UsageError(
-            f"--generated-seconds {args.generated_seconds:g} must be more than 0 and at most "
-            "3600; e.g. --generated-seconds 2"
+            f"--generate-seconds {args.generate_seconds:g} must be more than 0 and at most "
+            "3600; e.g. --generate-seconds 2"
         )
     if args.json and args.markdown == STDOUT:
         raise UsageError(
@@ -178,11 +177,8 @@ def run_verify(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         reuse_base=args.reuse_base,
         differential=args.differential,
-        generate=Generate(
-            examples=args.generated,
-            seconds=args.generated_seconds,
-            total_seconds=max(Generate.total_seconds, args.generated_seconds),
-        ),
+        generate_examples=args.generate,
+        generate_seconds=args.generate_seconds,
     )
     history = history_hooks.locate(repo, args.history, lenient=True)
     if args.run_id:

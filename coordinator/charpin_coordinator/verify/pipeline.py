@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from charpin_runner.config import CharpinConfig
+from charpin_runner.config import CharpinConfig, VerifyConfig
 from charpin_runner.errors import (
     EXIT_DRIFT,
     EXIT_INTEGRITY,
@@ -79,9 +79,11 @@ class VerifyOptions:
     # Take the base receipts from an earlier verify of the same base, config and boxes.
     reuse_base: bool = False
     # Behaviour beyond the asserts (#19): change coverage, replayed calls, generated inputs
-    # (--no-differential turns all three off; --generated N / --generated-seconds S).
+    # (--no-differential turns all three off). The generated inputs' budget: --generate N,
+    # --generate-seconds S (None: the base's [tool.charpin.verify], else the defaults).
     differential: bool = True
-    generate: Generate = field(default_factory=Generate)
+    generate_examples: int | None = None
+    generate_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         patch_sha256=made.patch_sha256,
         capture=(),
         cover=tuple(what.cover),
-        differential=_job(base_run, what, options.generate),
+        differential=_job(base_run, what, _budget(base_config.charpin.verify, options)),
     )
     if base_run.interrupted:
         # Ctrl-C (or SIGTERM) during the base run stops the whole verify: no patched run starts.
@@ -318,6 +320,10 @@ def _evidence(label: str, found: evidence.Found) -> Evidence:
         generated_differs=sum(1 for g in generated if g.verdict == "differs"),
         generated_not_compared={g.id: g.why for g in generated if g.verdict == "not compared"},
     )
+
+
+def _budget(config: VerifyConfig, options: VerifyOptions) -> Generate:
+    return Generate.of(config, options.generate_examples, options.generate_seconds)
 
 
 def _job(base_run: RunResult, what: evidence.Changed, generate: Generate) -> bytes:

@@ -210,7 +210,7 @@ def test_the_budget_knobs_turn_generation_and_the_whole_differential_off(
     test reaches the changed line, so the evidence cannot decide; with no differential at all
     the pins alone judge (ACCEPT: weaker, and said so)."""
     patch = edited(shop, BIG_ORDERS)
-    _, report, _ = verify(shop, patch, "--generated", "0")
+    _, report, _ = verify(shop, patch, "--generate", "0")
     assert report["verdict"] == "INCOMPLETE"
     [box] = report["evidence"]
     assert box["generated"] == 0 and box["same"] >= 1
@@ -224,8 +224,38 @@ def test_the_budget_knobs_turn_generation_and_the_whole_differential_off(
 def test_a_bad_budget_is_one_line_naming_the_fix(
     shop: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for flag, value in (("--generated", "-1"), ("--generated-seconds", "0")):
+    for flag, value in (("--generate", "-1"), ("--generate-seconds", "0")):
         code = main(["verify", "--repo", str(shop), "--patched", "HEAD", flag, value])
         [line] = capsys.readouterr().err.splitlines()
         assert code == 64 and flag in line
         assert "e.g." in line or "0 turns them off" in line
+
+
+def configured(shop: Path, table: str) -> None:
+    """The base's pyproject.toml with a [tool.charpin.verify] table, committed."""
+    pyproject = shop / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + f"\n[tool.charpin.verify]\n{table}\n")
+    git(shop, "commit", "-q", "-am", "verify budget")
+
+
+def test_the_bases_configuration_sets_the_budget_and_the_command_line_wins(shop: Path) -> None:
+    configured(shop, "generate = 0\ngenerate_seconds = 1.5")
+    patch = edited(shop, BIG_ORDERS)
+    _, report, _ = verify(shop, patch)
+    assert report["verdict"] == "INCOMPLETE"
+    assert report["evidence"][0]["generated"] == 0
+    _, report, _ = verify(shop, patch, "--generate", "50")
+    assert report["verdict"] == "REJECT"
+    assert report["evidence"][0]["generated_differs"] == 1
+
+
+def test_a_bad_budget_in_the_configuration_is_one_line_naming_the_key(
+    shop: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configured(shop, "generate_seconds = 0")
+    (shop.parent / "agent.diff").write_bytes(edited(shop, BIG_ORDERS))
+    capsys.readouterr()
+    code = main(["verify", "--repo", str(shop), "--patch", str(shop.parent / "agent.diff")])
+    [line] = capsys.readouterr().err.splitlines()
+    assert code == 64
+    assert "generate_seconds must be more than 0" in line and "tool.charpin.verify" in line
