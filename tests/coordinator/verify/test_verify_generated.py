@@ -142,7 +142,9 @@ def test_an_untyped_function_is_varied_from_its_captured_values_and_constants(sh
     assert found["what"] == "shipping(20) returned 5 on base, 15 on patched (a generated input)"
 
 
-def test_an_honest_refactor_is_accepted_with_the_generated_inputs_counted(shop: Path) -> None:
+def test_an_honest_refactor_is_accepted_with_the_generated_inputs_counted(
+    shop: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     patch = edited(
         shop,
         (
@@ -171,6 +173,12 @@ def test_an_honest_refactor_is_accepted_with_the_generated_inputs_counted(shop: 
     [box] = report["evidence"]
     assert box["generated"] >= 20 and box["generated_differs"] == 0
     assert box["generated_not_compared"] == {}
+    # The text report says what was compared, per box, with the seed.
+    text = capsys.readouterr().out
+    assert "behaviour beyond the asserts" in text
+    [line] = [x for x in text.splitlines() if x.strip().startswith("clean:") and "seed" in x]
+    assert f"{box['generated']} generated input(s) (0 function(s) differ)" in line
+    assert f"seed {box['seed']}" in line
 
 
 def test_replay_runs_the_generated_input_again_and_prints_a_test_keeping_it(
