@@ -54,6 +54,10 @@ from charpin_coordinator.verify.report import (
 )
 
 DEFAULT_HOSTS = "clean"
+NO_DIFFERENTIAL = (
+    "--no-differential: no change coverage, replayed calls or generated inputs; "
+    "Behaviour is judged by the pins alone"
+)
 # Bits of the verdict in the exit code (design §6): REJECT is "a gate blocked".
 _REFUSED = ("receipt-refused", "snapshot-integrity")
 
@@ -126,17 +130,13 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     # Behaviour beyond the asserts (#19): the base run captures the calls into the changed
     # functions; the judged run traces the changed files and replays those calls on both.
     what = evidence.changed(repo, made.base, runs, evidence.production(scope), scope.base_functions)
-    notes: list[str] = []
-    if not options.differential:
-        what = evidence.Changed(cover=[], capture=[], added={}, base_files={})
-        notes.append(
-            "--no-differential: no change coverage, replayed calls or generated inputs; "
-            "Behaviour is judged by the pins alone"
-        )
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():
         raise UsageError(f"{folder} already exists; pick another --run-id")
+    off = [] if options.differential else [NO_DIFFERENTIAL]
+    if off:  # nothing captured, traced or replayed: the pins and the tests alone judge
+        what = evidence.Changed(cover=[], capture=[], added={}, base_files={})
     base_options = Options(
         repo=repo,
         hosts=list(options.hosts),
@@ -155,6 +155,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         confine=True,
         capture=tuple(what.capture),
     )
+    notes: list[str] = []
     config_sha = _config_sha(base_config.table, what.capture)
     reused = (
         _reusable_base(repo, made.base, config_sha, options, notes) if options.reuse_base else None
@@ -209,7 +210,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     interrupted = base_run.interrupted or patched_run.interrupted
     interrupted = interrupted or bool(own_run and own_run.interrupted)
     return VerifyResult(
-        report, made, base_run, patched_run, folder, interrupted, notes, own_run=own_run
+        report, made, base_run, patched_run, folder, interrupted, [*off, *notes], own_run=own_run
     )
 
 
@@ -302,10 +303,10 @@ def judge(
 
 def _evidence(label: str, found: evidence.Found) -> Evidence:
     compared = found.differential
+    generated = compared.generated if compared is not None else []
     replayed = compared.replayed if compared is not None else []
     not_compared = dict(compared.not_compared) if compared is not None else {}
     not_compared.update({r.id: r.why for r in replayed if r.verdict == "not compared"})
-    generated = compared.generated if compared is not None else []
     return Evidence(
         box=label,
         compared=sum(1 for r in replayed if r.verdict in ("same", "differs")),
