@@ -14,6 +14,7 @@ of interleaved rounds, all warm.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -72,13 +73,20 @@ def main() -> int:
         git(repo, "checkout", "-q", "--", "export_invoices.py")
         counter = iter(range(10_000))
 
+        boxed: dict[str, list[float]] = {}
+
         def verify(patch: str, *extra: str) -> float:
-            return cli(
+            run_id = f"v{next(counter)}"
+            wall = cli(
                 "verify",
                 *("--repo", str(repo), "--hosts", "clean", "--patch", str(tmp / patch)),
-                *("--out", str(tmp / "verify"), "--run-id", f"v{next(counter)}", *extra),
+                *("--out", str(tmp / "verify"), "--run-id", run_id, *extra),
                 env=env,
             )
+            report = json.loads((tmp / "verify" / run_id / "verify.json").read_text())
+            # The differential's own wall time on the box (replays and generated inputs).
+            boxed.setdefault(patch, []).extend(e["seconds"] for e in report["evidence"])
+            return wall
 
         patches = {
             "the demo's patch (REJECT)": "demo.diff",
@@ -95,13 +103,14 @@ def main() -> int:
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(
         "| verify on the demo, clean box, warm | with differential | `--no-differential` "
-        "| ratio | target |"
+        "| ratio | target | of which the differential on the box |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for label, patch in patches.items():
         on = statistics.median(times[(patch, True)])
         off = statistics.median(times[(patch, False)])
-        print(f"| {label} | {on:.2f} s | {off:.2f} s | {on / off:.2f} | <= 1.3 |")
+        box = statistics.median(boxed.get(patch) or [0.0])
+        print(f"| {label} | {on:.2f} s | {off:.2f} s | {on / off:.2f} | <= 1.3 | {box:.2f} s |")
     return 0
 
 
