@@ -101,6 +101,24 @@ class PinsConfig:
 
 
 @dataclass(frozen=True)
+class VerifyConfig:
+    """`[tool.charpin.verify]`: the budget of verify's generated inputs (#19); the coordinator
+    reads it from the base's configuration, boxes never do."""
+
+    # Generated inputs per changed public function (0: none) and seconds per function.
+    generate: int = 100
+    generate_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.generate < 0:
+            raise ValueError(f"generate must be 0 or more (0 turns them off), not {self.generate}")
+        if not 0 < self.generate_seconds <= 3600:
+            raise ValueError(
+                f"generate_seconds must be more than 0 and at most 3600, not {self.generate_seconds}"
+            )
+
+
+@dataclass(frozen=True)
 class CharpinConfig:
     """The `[tool.charpin]` table; every key is optional."""
 
@@ -118,6 +136,7 @@ class CharpinConfig:
     prepare: list[str] = field(default_factory=list)
     inventory: str = DEFAULT_INVENTORY
     pins: PinsConfig = field(default_factory=PinsConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     # Host extras are validated strictly by the coordinator; boxes never read them.
     hosts: dict[str, Any] = field(default_factory=dict)
     # The coordinator's run history (SQLite), relative to the repository; default

@@ -328,7 +328,8 @@ class Tracing:
 
 @dataclass(frozen=True)
 class Replayed:
-    """One captured call replayed on both versions, or why it was not compared."""
+    """One captured call replayed on both versions, or one function's generated inputs (the
+    first that differs, shrunk, or how many answered the same), or why it was not compared."""
 
     id: str
     function: str
@@ -340,6 +341,11 @@ class Replayed:
     patched: str = ""
     perturbation: str = ""  # the conditions it differed under ("" the plain replay)
     call: str = ""  # the call as the base's replay shows it: `discount(150)`, reprs cut short
+    # Generated inputs (ids `gen:PATH::QUALNAME`, added in 0.4): the input as a value tree
+    # (JSON, differ/strategies.py; what `verify --replay` runs again) and how many generated
+    # inputs the two versions were compared on.
+    input: str = ""
+    examples: int = 0
 
 
 @dataclass(frozen=True)
@@ -355,6 +361,9 @@ class Differential:
     seed: int = 0
     wall_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # Lines of the changed files the patched version ran on generated inputs that both versions
+    # answered alike: change coverage by evidence, as the tests' own lines are (added in 0.4).
+    reached: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

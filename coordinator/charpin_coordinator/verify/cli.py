@@ -15,6 +15,7 @@ from charpin_coordinator.gitcmd import repo_root
 from charpin_coordinator.history import hooks as history_hooks
 from charpin_coordinator.remote.cli import add_box_options
 from charpin_coordinator.remote.hosts import parse_host_list
+from charpin_coordinator.verify.budget import Generate
 
 MAX_PATCH_BYTES = 64 * 1024 * 1024
 # The FILE of --markdown that means standard output.
@@ -43,7 +44,8 @@ def add_parsers(sub: Any) -> None:
         "--replay",
         metavar="CALL-ID",
         help="or repeat one finding of an earlier verify here (a call id it printed, e.g. "
-        "pricing.py::discount#1; --run-id picks the verify, default the newest that has it)",
+        "pricing.py::discount#1, or a generated input's, gen:pricing.py::discount#1; --run-id "
+        "picks the verify, default the newest that has it)",
     )
     add("--base", metavar="REV", help="the base (default: a format-patch's base-commit, else HEAD)")
     add("--hosts", default="clean", metavar="A,B", help="boxes (default clean; not local)")
@@ -80,6 +82,27 @@ def add_parsers(sub: Any) -> None:
     )
     add(
         "--sign", type=Path, metavar="KEY", help="sign the bundle with this SSH key (ssh-keygen -Y)"
+    )
+    add(
+        "--no-differential",
+        dest="differential",
+        action="store_false",
+        help="judge Behaviour by the pins alone: no change coverage, replayed calls or "
+        "generated inputs (faster; the verdict is weaker)",
+    )
+    add(
+        "--generate",
+        type=int,
+        metavar="N",
+        help=f"generated inputs per changed public function (default {Generate.examples}, or "
+        "[tool.charpin.verify] generate; 0: none)",
+    )
+    add(
+        "--generate-seconds",
+        type=float,
+        metavar="S",
+        help=f"seconds of generated inputs per function (default {Generate.seconds:g}, or "
+        f"[tool.charpin.verify] generate_seconds; {Generate.total_seconds:g} s for all together)",
     )
     add(
         "--reuse-base",
@@ -121,6 +144,13 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-changed {args.max_changed} must be 0 or more")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs} must be at least 1; e.g. --jobs 4")
+    if args.generate is not None and args.generate < 0:
+        raise UsageError(f"--generate {args.generate} must be 0 or more; 0 turns them off")
+    if args.generate_seconds is not None and not 0 < args.generate_seconds <= 3600:
+        raise UsageError(
+            f"--generate-seconds {args.generate_seconds:g} must be more than 0 and at most "
+            "3600; e.g. --generate-seconds 2"
+        )
     if args.json and args.markdown == STDOUT:
         raise UsageError(
             "--json and --markdown - would both print on stdout; write one to a file, e.g. "
@@ -146,6 +176,9 @@ def run_verify(args: argparse.Namespace) -> int:
         sandbox=args.sandbox,
         jobs=args.jobs,
         reuse_base=args.reuse_base,
+        differential=args.differential,
+        generate_examples=args.generate,
+        generate_seconds=args.generate_seconds,
     )
     history = history_hooks.locate(repo, args.history, lenient=True)
     if args.run_id:
@@ -195,7 +228,9 @@ def _replay(args: argparse.Namespace) -> int:
     found = done.result
     lines = [
         f"{found.id}  {found.call or found.function}",
-        f"  called from  {found.test or '(unknown)'}",
+        f"  called from  {found.test or '(unknown)'}"
+        if not found.id.startswith(replaycall.GENERATED)
+        else f"  input        {found.input} (a generated input)",
         f"  base         {found.base or '-'}",
         f"  patched      {found.patched or found.base or '-'}",
         f"  verdict      {found.verdict}" + (f" ({found.why})" if found.why else ""),

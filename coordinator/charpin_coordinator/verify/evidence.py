@@ -3,7 +3,8 @@
 judged run, and the findings it brought back.
 
 * Change coverage: a line the patch adds or changes in production code is reached when the
-  statement holding it ran in the judged run (its tests; the probe traced the changed files). A
+  statement holding it ran in the judged run (its tests; the probe traced the changed files), or
+  ran in the patched version on a generated input both versions answered alike. A
   changed statement nothing ran is named, `file:function lines`, and the verdict cannot be
   ACCEPT: the tests pass because they never look.
 * The job: the calls the base's tests made into the changed functions (captured in the base
@@ -12,6 +13,9 @@ judged run, and the findings it brought back.
 * Findings: a call whose two versions differ (result, exception, arguments, output, files; plain
   or under a perturbation) is a Behaviour failure naming the call and both results; a call or a
   function that could not be compared says why, and is never counted as the same.
+* Generated inputs: the changed public functions (no part of the name starting with `_`) are
+  named in the job with the budget (Generate); the box generates the inputs (differ/generated.py)
+  and reports the first that the two versions answer differently, shrunk.
 """
 
 from __future__ import annotations
@@ -28,12 +32,21 @@ from pathlib import Path
 from charpin_runner.receipt import Differential, Receipt
 
 from charpin_coordinator.verify import gitread
+from charpin_coordinator.verify.budget import Generate
 from charpin_coordinator.verify.scope import Scope
 
 # At most this many calls per function go into the job, whatever the boxes captured.
 JOB_CALLS_PER_FUNCTION = 20
 # Entry calls (the tests' calls into the production code, whatever the patch changed): fewer.
 JOB_ENTRY_CALLS = 5
+
+
+def public(function: str) -> bool:
+    """PATH::QUALNAME names a public module function or method: no part starts with `_`."""
+    _, _, qualname = function.partition("::")
+    return bool(qualname) and not any(
+        p.startswith("_") or p == "<locals>" for p in qualname.split(".")
+    )
 
 
 @dataclass(frozen=True)
@@ -172,9 +185,10 @@ def _changed(
     return Changed(cover=cover, capture=sorted(capture), added=added, base_files=base_files)
 
 
-def job(receipts: Iterable[Receipt], what: Changed) -> bytes:
+def job(receipts: Iterable[Receipt], what: Changed, generate: Generate | None = None) -> bytes:
     """The differential job for the judged run: every box's captured calls (the same call
-    captured twice once), and why a changed function has none."""
+    captured twice once), why a changed function has none, and the changed public functions
+    that get generated inputs, with their budget."""
     calls: list[dict[str, str]] = []
     seen: set[tuple[str, str]] = set()
     counts: dict[str, int] = {}
@@ -207,7 +221,20 @@ def job(receipts: Iterable[Receipt], what: Changed) -> bytes:
         else:
             said = "the base's tests never called it"
         not_compared[function] = said
-    body = {"calls": calls, "base_files": what.base_files, "not_compared": not_compared}
+    body: dict[str, object] = {
+        "calls": calls,
+        "base_files": what.base_files,
+        "not_compared": not_compared,
+    }
+    wanted = [f for f in what.capture if public(f)]
+    if generate is not None and generate.examples > 0 and wanted:
+        body["generate"] = {
+            "functions": wanted,
+            "examples": generate.examples,
+            "seconds": generate.seconds,
+            "total_seconds": generate.total_seconds,
+            "cover": what.cover,
+        }
     return json.dumps(body, sort_keys=True).encode()
 
 
@@ -216,13 +243,15 @@ def unreached(repo: Path, judged: str, what: Changed, receipt: Receipt) -> list[
     traced = receipt.tracing
     if traced is None or not what.added:
         return []
+    # Generated inputs both versions answered alike reach lines too (the patched side traced).
+    generated = receipt.differential.reached if receipt.differential is not None else {}
     tree = gitread.tree_files(repo, judged)
     shas = {p: tree[p][1] for p in what.added if p in tree}
     blobs = gitread.blobs(repo, shas.values())
     out: list[str] = []
     for path, lines in sorted(what.added.items()):
         source = blobs.get(shas.get(path, ""), b"")
-        ran = set(traced.lines.get(path, []))
+        ran = set(traced.lines.get(path, [])) | set(generated.get(path, []))
         gaps: dict[str, list[int]] = {}
         for unit, first, numbers in _changed_statements(source, lines):
             if first not in ran:

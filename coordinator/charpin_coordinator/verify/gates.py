@@ -200,13 +200,18 @@ def beyond_asserts(
     could not be traced) leaves it INCOMPLETE, never PASS."""
     compared = found.differential
     differs = [r for r in compared.replayed if r.verdict == "differs"] if compared else []
+    made = [g for g in compared.generated if g.verdict == "differs"] if compared else []
+    seed = compared.seed if compared else 0
     seen = list(seen) + [_differs(label, r) for r in differs]
+    seen += [_generated(label, g, seed) for g in made]
     if seen:
         ids = [o.item for o in seen]
         detail = f"green on base, red on patched: {_few(ids)}"
-        if differs:
-            detail = f"{len(differs)} call(s) answered differently: {_few(ids)}"
-            if len(differs) == len(seen):  # only the differential: its own action
+        if differs or made:
+            parts = [f"{len(differs)} call(s)"] if differs else []
+            parts += [f"{len(made)} generated input(s)"] if made else []
+            detail = f"{' and '.join(parts)} answered differently: {_few(ids)}"
+            if len(differs) + len(made) == len(seen):  # only the differential: its own action
                 gate = VerifyGate(
                     gate="Behaviour", box=label, status="FAIL", detail=detail, action=DIFFERS_ACTION
                 )
@@ -247,8 +252,38 @@ def beyond_asserts(
         parts.append(part)
     elif compared is not None:
         parts.append("no captured call to compare")
+    if compared is not None and compared.generated:
+        alike = [g for g in compared.generated if g.verdict == "same"]
+        part = (
+            f"{sum(g.examples for g in alike)} generated input(s) answer the same for "
+            f"{len(alike)} function(s) (seed {seed})"
+        )
+        missed = len(compared.generated) - len(alike)
+        parts.append(part + (f" ({missed} function(s) not compared)" if missed else ""))
     parts.append("every changed line ran")
     return _gate("Behaviour", label, "PASS", "; ".join(parts)), seen
+
+
+def _generated(label: str, made: Replayed, seed: int) -> Observation:
+    """A generated input the two versions answer differently: the shrunk input, both answers,
+    the seed, and the command that runs that input again."""
+    call = made.call or made.function.replace("::", ":") + "(...)"
+    base, patched = made.base, made.patched
+    if base.startswith("returned ") and patched.startswith("returned "):
+        patched = patched[len("returned ") :]
+    detail = [
+        f"found by: a generated input, run on both versions (seed {seed}; {made.why})",
+        f"input: {made.input}",
+        f"reproduce: charpin-remote verify --replay {made.id}",
+    ]
+    return Observation(
+        gate="Behaviour",
+        box=label,
+        item=made.id,
+        what=f"{call} {base} on base, {patched} on patched (a generated input)",
+        action=DIFFERS_ACTION,
+        detail=detail,
+    )
 
 
 def _differs(label: str, replayed: Replayed) -> Observation:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from charpin_runner.config import CharpinConfig
+from charpin_runner.config import CharpinConfig, VerifyConfig
 from charpin_runner.errors import (
     EXIT_DRIFT,
     EXIT_INTEGRITY,
@@ -39,6 +39,7 @@ from charpin_coordinator.remote.boxrun import Phase
 from charpin_coordinator.remote.run import Options, RunResult, plan, run
 from charpin_coordinator.report import NotEvaluated
 from charpin_coordinator.verify import evidence, gates, judged, patch, reuse, static, testside
+from charpin_coordinator.verify.budget import Generate
 from charpin_coordinator.verify.report import (
     VERIFY_REPORT_VERSION,
     WHOLE_PATCH,
@@ -51,6 +52,10 @@ from charpin_coordinator.verify.report import (
 )
 
 DEFAULT_HOSTS = "clean"
+NO_DIFFERENTIAL = (
+    "--no-differential: no change coverage, replayed calls or generated inputs; "
+    "Behaviour is judged by the pins alone"
+)
 # Bits of the verdict in the exit code (design §6): REJECT is "a gate blocked".
 _REFUSED = ("receipt-refused", "snapshot-integrity")
 
@@ -75,6 +80,12 @@ class VerifyOptions:
     jobs: int = 4
     # Take the base receipts from an earlier verify of the same base, config and boxes.
     reuse_base: bool = False
+    # Behaviour beyond the asserts (#19): change coverage, replayed calls, generated inputs
+    # (--no-differential turns all three off). The generated inputs' budget: --generate N,
+    # --generate-seconds S (None: the base's [tool.charpin.verify], else the defaults).
+    differential: bool = True
+    generate_examples: int | None = None
+    generate_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,9 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():
         raise UsageError(f"{folder} already exists; pick another --run-id")
+    off = [] if options.differential else [NO_DIFFERENTIAL]
+    if off:  # nothing captured, traced or replayed: the pins and the tests alone judge
+        what = evidence.Changed(cover=[], capture=[], added={}, base_files={})
     base_options = Options(
         repo=repo,
         hosts=list(options.hosts),
@@ -170,7 +184,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         entries=(),
         entries_skip=(),
         cover=tuple(what.cover),
-        differential=_job(base_run, what),
+        differential=_job(base_run, what, _budget(base_config.charpin.verify, options)),
     )
     if base_run.interrupted:
         # Ctrl-C (or SIGTERM) during the base run stops the whole verify: no patched run starts.
@@ -216,7 +230,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     interrupted = base_run.interrupted or patched_run.interrupted
     interrupted = interrupted or bool(own_run and own_run.interrupted)
     return VerifyResult(
-        report, made, base_run, patched_run, folder, interrupted, notes, own_run=own_run
+        report, made, base_run, patched_run, folder, interrupted, [*off, *notes], own_run=own_run
     )
 
 
@@ -309,6 +323,7 @@ def judge(
 
 def _evidence(label: str, found: evidence.Found) -> Evidence:
     compared = found.differential
+    generated = compared.generated if compared is not None else []
     replayed = compared.replayed if compared is not None else []
     not_compared = dict(compared.not_compared) if compared is not None else {}
     not_compared.update(
@@ -328,16 +343,23 @@ def _evidence(label: str, found: evidence.Found) -> Evidence:
         untraced=found.untraced,
         seed=compared.seed if compared is not None else 0,
         seconds=compared.wall_seconds if compared is not None else 0.0,
+        generated=sum(g.examples for g in generated if g.verdict in ("same", "differs")),
+        generated_differs=sum(1 for g in generated if g.verdict == "differs"),
+        generated_not_compared={g.id: g.why for g in generated if g.verdict == "not compared"},
     )
 
 
-def _job(base_run: RunResult, what: evidence.Changed) -> bytes:
+def _budget(config: VerifyConfig, options: VerifyOptions) -> Generate:
+    return Generate.of(config, options.generate_examples, options.generate_seconds)
+
+
+def _job(base_run: RunResult, what: evidence.Changed, generate: Generate) -> bytes:
     """The differential job for the judged run, from every box's base receipt ("" when the
     patch changes no function the base's tests could call)."""
     if not what.capture and not what.entries:
         return b""
     receipts = [o.receipt for o in base_run.outcomes if o.receipt is not None]
-    return evidence.job(receipts, what)
+    return evidence.job(receipts, what, generate)
 
 
 def _summary(how: judged.Judging) -> TestSideSummary:

@@ -68,6 +68,9 @@ def render_text(report: VerifyReport) -> str:
         out += ["", "what moved"]
         for seen in report.observations:
             out += _text_observation(seen)
+    if report.evidence:
+        out += ["", "behaviour beyond the asserts"]
+        out += [f"  {shown(line)}" for line in evidence_lines(report)]
     if report.scope or report.helpers:
         out += ["", f"scope: {_few(report.scope)}" + _helpers(report)]
     else:
@@ -141,6 +144,12 @@ def render_markdown(report: VerifyReport) -> str:
         out += ["### What moved", ""]
         for seen in report.observations:
             out += _md_observation(seen)
+    if report.evidence:
+        out += ["### Behaviour beyond the asserts", ""]
+        for line in evidence_lines(report):
+            nested = line.startswith("  ")
+            out.append(f"{'  - ' if nested else '- '}{_md(line.strip())}")
+        out.append("")
     if report.scope or report.helpers:
         out += ["", f"Scope: {_md(_few(report.scope))}{_md(_helpers(report))}"]
     out += ["", f"Exit {report.exit_code}: {_md('; '.join(report.exit_bits) or 'accepted')}", ""]
@@ -150,6 +159,33 @@ def render_markdown(report: VerifyReport) -> str:
 def render_junit(report: VerifyReport) -> bytes:
     """JUnit XML: a suite for the patch's own gates and one per box."""
     return gates_junit(_columns(report), report.gates, report.not_evaluated)
+
+
+def evidence_lines(report: VerifyReport) -> list[str]:
+    """One line per box of what the differential compared: the captured calls replayed, the
+    generated inputs, what was not compared (never counted as the same), the seed."""
+    lines = []
+    for box in report.evidence:
+        parts = [
+            f"{box.compared} captured call(s) compared ({box.same} same, {box.differs} differ)"
+        ]
+        if box.not_compared:
+            parts.append(f"{len(box.not_compared)} not compared")
+        if box.generated or box.generated_differs or box.generated_not_compared:
+            made = (
+                f"{box.generated} generated input(s) ({box.generated_differs} function(s) differ)"
+            )
+            if box.generated_not_compared:
+                made += f", {len(box.generated_not_compared)} function(s) not compared"
+            parts.append(made)
+        if box.unreached:
+            parts.append(f"{len(box.unreached)} changed statement(s) no test ran")
+        if box.untraced:
+            parts.append(f"not traced: {box.untraced}")
+        lines.append(f"{box.box}: {'; '.join(parts)} · seed {box.seed} · {box.seconds:g} s")
+        for name, why in sorted({**box.not_compared, **box.generated_not_compared}.items())[:6]:
+            lines.append(f"  not compared {name}: {why}")
+    return lines
 
 
 def _columns(report: VerifyReport) -> list[str]:

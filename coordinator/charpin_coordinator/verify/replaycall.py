@@ -24,13 +24,15 @@ from typing import Any
 import msgspec
 from charpin_runner import sandbox as sandbox_mod
 from charpin_runner.differ import replay
-from charpin_runner.errors import UsageError
-from charpin_runner.receipt import Replayed
+from charpin_runner.errors import CharpinError, UsageError
+from charpin_runner.receipt import Differential, Replayed
 
+from charpin_coordinator.receipts import read_receipt_file
 from charpin_coordinator.verify import gitread
 from charpin_coordinator.verify.report import VerifyReport
 
 JOB = "differential.json"
+GENERATED = "gen:"  # the ids of generated inputs: gen:PATH::QUALNAME#N
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,10 @@ def find_folder(verify_dir: Path, call_id: str, run_id: str | None) -> Path:
         reverse=True,
     )
     for folder in folders:
-        if any(call.get("id") == call_id for call in _job(folder).get("calls", [])):
+        if call_id.startswith(GENERATED):
+            if _generated(folder, call_id) is not None:
+                return folder
+        elif any(call.get("id") == call_id for call in _job(folder).get("calls", [])):
             return folder
     raise UsageError(
         f"no verify under {verify_dir} captured the call {call_id}; pass --run-id (and --out) "
@@ -65,21 +70,76 @@ def find_folder(verify_dir: Path, call_id: str, run_id: str | None) -> Path:
     )
 
 
-def repeat(
-    repo: Path, folder: Path, call_id: str, python: str, sandbox: str = "auto"
-) -> Repeated:
-    """Replay call_id of the verify in folder on both versions, here."""
+def repeat(repo: Path, folder: Path, call_id: str, python: str, sandbox: str = "auto") -> Repeated:
+    """Replay call_id of the verify in folder on both versions, here (a generated input's id:
+    that input, exactly as the box ran it)."""
     job = _job(folder)
+    if call_id.startswith(GENERATED):
+        return _repeat_generated(repo, folder, job, call_id, python, sandbox)
     calls = [c for c in job.get("calls", []) if isinstance(c, dict) and c.get("id") == call_id]
     if not calls:
         known = ", ".join(str(c.get("id")) for c in job.get("calls", [])[:5])
         raise UsageError(f"{folder.name} captured no call {call_id} (it has {known or 'none'})")
+    report = _report(folder)
+    seed = next((e.seed for e in report.evidence if e.seed), 0)
+    one = {**job, "calls": calls, "seed": seed, "not_compared": {}, "generate": None}
+    done = _run(repo, report, one, python, sandbox, seed)
+    if not done.replayed:
+        why = next(iter(done.not_compared.values()), "the replay gave nothing back")
+        raise UsageError(f"{call_id} could not be replayed here: {why}")
+    result = done.replayed[0]
+    return Repeated(folder, calls[0], result, done.seed, keep_as_test(calls[0], result))
+
+
+def _repeat_generated(
+    repo: Path, folder: Path, job: dict[str, Any], call_id: str, python: str, sandbox: str
+) -> Repeated:
+    """The generated input call_id, as the box's receipt keeps it, on both versions here."""
+    found = _generated(folder, call_id)
+    if found is None:
+        raise UsageError(
+            f"{folder.name} has no generated input {call_id} (only a differing one is kept); "
+            "pass the --run-id of the verify that printed it"
+        )
+    made, seed = found
+    report = _report(folder)
+    given = {"id": made.id, "function": made.function, "input": made.input}
+    mine = [c for c in job.get("calls", []) if isinstance(c, dict)]
+    one = {**job, "calls": mine, "seed": seed, "not_compared": {}, "inputs": [given]}
+    one.pop("generate", None)
+    done = _run(repo, report, one, python, sandbox, seed)
+    if not done.generated:
+        raise UsageError(f"{call_id} could not be run here: the replay gave nothing back")
+    result = done.generated[0]
+    call = {"id": made.id, "function": made.function, "test": ""}
+    return Repeated(folder, call, result, seed, keep_as_test(call, result))
+
+
+def _generated(folder: Path, call_id: str) -> tuple[Replayed, int] | None:
+    """The generated input call_id that a box of this verify reported, with its seed."""
+    for path in sorted(folder.glob("patched/*/receipt.json")):
+        try:
+            receipt = read_receipt_file(path)
+        except CharpinError:
+            continue
+        compared = receipt.differential
+        for made in compared.generated if compared is not None else []:
+            if made.id == call_id and made.input:
+                return made, compared.seed if compared is not None else 0
+    return None
+
+
+def _report(folder: Path) -> VerifyReport:
     try:
-        report = msgspec.json.decode((folder / "verify.json").read_bytes(), type=VerifyReport)
+        return msgspec.json.decode((folder / "verify.json").read_bytes(), type=VerifyReport)
     except (OSError, msgspec.DecodeError) as exc:
         raise UsageError(f"{folder}/verify.json is not a verify report ({exc})") from None
-    seed = next((e.seed for e in report.evidence if e.seed), 0)
-    one = {**job, "calls": calls, "seed": seed, "not_compared": {}}
+
+
+def _run(
+    repo: Path, report: VerifyReport, job: dict[str, Any], python: str, sandbox: str, seed: int
+) -> Differential:
+    """The job run here, on the commit that ran exported from the object store."""
     with tempfile.TemporaryDirectory(prefix="charpin-replay-") as tmp:
         checkout = Path(tmp, "checkout")
         _export(repo, report.ran, checkout)
@@ -87,12 +147,7 @@ def repeat(
             sandbox_mod.Plan(mode=sandbox_mod.check_mode(sandbox), writable=(str(checkout),))
         )
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        done = replay.run(checkout, one, guard, python, env, seed=seed or None)
-    if not done.replayed:
-        why = next(iter(done.not_compared.values()), "the replay gave nothing back")
-        raise UsageError(f"{call_id} could not be replayed here: {why}")
-    result = done.replayed[0]
-    return Repeated(folder, calls[0], result, done.seed, keep_as_test(calls[0], result))
+        return replay.run(checkout, job, guard, python, env, seed=seed or None)
 
 
 def keep_as_test(call: dict[str, str], result: Replayed) -> str:
@@ -126,7 +181,7 @@ def keep_as_test(call: dict[str, str], result: Replayed) -> str:
         f"from {module} import {qualname}\n\n\n"
         f"def test_{name}_keeps_its_answer():\n"
         f"    # kept by `charpin-remote verify --replay {call['id']}`"
-        f" (from {call.get('test') or 'the base run'})\n"
+        f" (from {call.get('test') or 'a generated input'})\n"
         f"    assert {shown} == {answer}\n"
     )
 

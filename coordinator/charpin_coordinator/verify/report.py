@@ -90,7 +90,8 @@ class TestSideSummary(Base):
 
 class Evidence(Base):
     """Behaviour beyond the asserts on one box (#19): the patched code's changed lines that the
-    judged run reached, and the base's captured calls replayed on both versions."""
+    judged run reached, the base's captured calls replayed on both versions, and the inputs
+    generated for the changed public functions."""
 
     box: str
     compared: int  # calls replayed and compared (same or differs)
@@ -102,6 +103,11 @@ class Evidence(Base):
     untraced: str  # why the judged run could not trace, or ""
     seed: int  # the hash seed of the "hash seed" perturbation (verify --replay repeats it)
     seconds: float  # the replays' wall time on the box
+    # Generated inputs (the changed public functions; the seed above seeds them too): inputs
+    # compared on both versions, functions with a differing one, functions not compared (why).
+    generated: int = 0
+    generated_differs: int = 0
+    generated_not_compared: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class VerifyReport(Base):

@@ -12,6 +12,9 @@ temporary folder:
   randomness or the outside world, and is reported "not compared", never "same";
 * on both versions under each perturbation: plain, another hash seed, a clock frozen far in the
   future, the C locale. Any difference is "differs", with both results and the perturbation.
+
+Then, when the job asks (its "generate" section), the changed public functions get generated
+inputs on both versions (generated.py); the job's "inputs" instead repeat given ones exactly.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from charpin_runner import sandbox as sandbox_mod
+from charpin_runner.differ.genworker import SERVE
 from charpin_runner.differ.worker import WORKER
 from charpin_runner.errors import UsageError
 from charpin_runner.receipt import Differential, Replayed
@@ -102,23 +106,41 @@ def run(
             calls.setdefault(call["function"], []).append(call)
     not_compared = {str(name): str(why) for name, why in dict(job.get("not_compared", {})).items()}
     replayed: list[Replayed] = []
+    generated: list[Replayed] = []
+    notes: list[str] = []
+    reached: dict[str, list[int]] = {}
+    wanted, inputs = job.get("generate"), job.get("inputs")
     with tempfile.TemporaryDirectory(prefix="charpin-differ-") as scratch:
         base = _base_tree(repo, job.get("base_files", {}), Path(scratch) / "base")
         worker = Path(scratch) / "worker" / "charpin_replay_worker.py"
         worker.parent.mkdir()
-        worker.write_text(WORKER, encoding="utf-8")
+        worker.write_text(WORKER + SERVE, encoding="utf-8")
         read_only = sandbox_mod.Guard(
             plan=replace(guard.plan, writable=(), confine=True), used=guard.used
         )
         runner = _Runner(read_only, python, env, worker, Path(scratch))
-        if calls:
+        if calls and not inputs:
             replayed, why = _compare(runner, base, repo, calls, seed)
             not_compared.update(why)
+        if isinstance(inputs, list) and inputs:  # `verify --replay gen:...`: those inputs only
+            from charpin_runner.differ import generated as gen
+
+            generated = gen.rerun(
+                runner, base, repo, [i for i in inputs if isinstance(i, dict)], calls
+            )
+        elif isinstance(wanted, dict):
+            from charpin_runner.differ import generated as gen
+
+            differing = {r.function for r in replayed if r.verdict == "differs"}
+            generated, notes, reached = gen.run(runner, base, repo, wanted, calls, seed, differing)
     return Differential(
         replayed=replayed,
+        generated=generated,
         not_compared=dict(sorted(not_compared.items())),
         seed=seed,
         wall_seconds=round(time.monotonic() - began, 3),
+        notes=notes,
+        reached=reached,
     )
 
 
@@ -155,14 +177,36 @@ class _Runner:
     ):
         self.guard, self.python, self.env, self.worker, self.tmp = guard, python, env, worker, tmp
 
+    def environ(self, how: Perturbation) -> dict[str, str]:
+        env = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
+        env.update(how.env)
+        os.makedirs(self.tmp / "run", exist_ok=True)
+        # Byte code of this replay only: no __pycache__ the commit's code planted is read.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="pycache-", dir=str(self.tmp / "run"))
+        return env
+
+    def command(self, tree: Path) -> list[str]:
+        """The worker's argv for a checkout: in the read-only sandbox, with its own scratch."""
+        os.makedirs(self.tmp / "run", exist_ok=True)
+        return sandbox_mod.wrap(
+            self.guard,
+            [self.python, str(self.worker)],
+            scratch=str(self.tmp / "run"),
+            visible=(tree, self.worker.parent),
+            pythons=(self.python,),
+        )
+
+    def paths(self, tree: Path) -> list[str]:
+        return [str(tree)] + ([str(tree / "src")] if (tree / "src").is_dir() else [])
+
     def replay(
         self, tree: Path, functions: dict[str, list[dict[str, str]]], how: Perturbation
     ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         """(call id -> what the worker said of it, function -> why it did not load)."""
         read, write = os.pipe()
-        paths = [str(tree)] + ([str(tree / "src")] if (tree / "src").is_dir() else [])
         job = {
-            "paths": paths,
+            "paths": self.paths(tree),
             "root": str(tree),
             "functions": [
                 [name, [{"id": c["id"], "args": c["args"]} for c in calls]]
@@ -173,20 +217,8 @@ class _Runner:
             "seconds": SECONDS_PER_CALL,
             "fd": write,
         }
-        env = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
-        env.update(how.env)
-        os.makedirs(self.tmp / "run", exist_ok=True)
-        # Byte code of this replay only: no __pycache__ the commit's code planted is read.
-        cache = tempfile.mkdtemp(prefix="pycache-", dir=str(self.tmp / "run"))
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = cache
-        argv = sandbox_mod.wrap(
-            self.guard,
-            [self.python, str(self.worker)],
-            scratch=str(self.tmp / "run"),
-            visible=(tree, self.worker.parent),
-            pythons=(self.python,),
-        )
+        env = self.environ(how)
+        argv = self.command(tree)
         count = sum(len(calls) for calls in functions.values())
         try:
             proc = subprocess.Popen(

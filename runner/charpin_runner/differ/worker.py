@@ -15,7 +15,8 @@ so the two versions' lines compare as text.
 from __future__ import annotations
 
 WORKER = r'''
-import base64, contextlib, hashlib, io, json, os, pickle, random, re, signal, sys, tempfile
+import base64, contextlib, hashlib, io, json, os, pickle, random, re, shutil, signal, sys, tempfile
+from time import monotonic as time_monotonic
 job = json.loads(sys.stdin.read())
 for folder in reversed(job["paths"]):
     sys.path.insert(0, folder)
@@ -158,11 +159,18 @@ def run_one(function, call, name):
     except BaseException as exc:
         say(id=call["id"], skip=f"the arguments do not load here ({type(exc).__name__}: {exc})")
         return
+    perform(call["id"], function, args, kwargs, before, call_text)
+
+
+def perform(call_id, function, args, kwargs, before, call_text, extra=None):
+    """Call function(*args, **kwargs) in a fresh folder and say what it did (with what extra(),
+    the caller's, adds once the call is over)."""
     here = tempfile.mkdtemp(prefix="charpin-call-")
     os.chdir(here)
     out, err = io.StringIO(), io.StringIO()
     random.seed(job.get("seed", 0))
     result = error = uncomparable = None
+    began = time_monotonic()
     signal.setitimer(signal.ITIMER_REAL, float(job.get("seconds", 10)))
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -173,6 +181,7 @@ def run_one(function, call, name):
         error = f"{type(exc).__name__}: {ADDRESS.sub(' at 0x?', str(exc))}"[:2000]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    took = time_monotonic() - began
     shown_result = None
     if error is None:
         try:
@@ -194,8 +203,9 @@ def run_one(function, call, name):
             with open(full, "rb") as handle:
                 files[os.path.relpath(full, here)] = hashlib.sha256(handle.read()).hexdigest()
     os.chdir(job["root"])
+    shutil.rmtree(here, ignore_errors=True)
     say(
-        id=call["id"],
+        id=call_id,
         call=call_text,
         shown=shown_result,
         result=result,
@@ -205,6 +215,8 @@ def run_one(function, call, name):
         stdout=out.getvalue()[-4000:],
         stderr=err.getvalue()[-4000:],
         files=files,
+        took=round(took, 6),
+        **(extra() if extra is not None else {}),
     )
 
 
