@@ -4,12 +4,13 @@ refactors, honest behaviour changes, and the cheats of issue #18) through the re
 scored right / missed / wrong reason / false alarm / error against what a reviewer expects.
 
 Run:  python tests/bench/bench_verify_corpus.py [--code CHECKOUT] [--work DIR] [--jobs N]
-      [--only NAME,...] [--subject demo|tabulate] [--self-check]
+      [--only NAME,...] [--subject demo|tabulate|inflection] [--self-check]
 
 --code runs another checkout's charpin (its runner/ and coordinator/ first on PYTHONPATH; the
 subjects are built with it too), so one corpus measures two versions: the same command with
 --code /path/to/old/checkout and without. Caches and state are the run's own (XDG_CACHE_HOME,
-XDG_STATE_HOME under --work). The tabulate sdist comes through pip (`pip download`).
+XDG_STATE_HOME under --work). The tabulate (and, without the vendored copy, the inflection)
+sdist comes through pip (`pip download`).
 --self-check runs no verify: it applies each patch and prints what the patched tree's own
 `pytest` and `charpin pins check` say (a cheat is only a cheat when both are green).
 
@@ -35,17 +36,21 @@ sys.path[:0] = [str(ROOT)]
 from tests.bench.corpus_demo import BEHAVIOUR as DEMO_BEHAVIOUR  # noqa: E402
 from tests.bench.corpus_demo import HONEST as DEMO_HONEST  # noqa: E402
 from tests.bench.corpus_demo_cheats import CHEATS as DEMO_CHEATS  # noqa: E402
+from tests.bench.corpus_inflection import ENTRIES as INFLECTION_ENTRIES  # noqa: E402
 from tests.bench.corpus_model import Entry, Scored, git, score  # noqa: E402
 from tests.bench.corpus_subjects import (  # noqa: E402
     DEMO,
+    INFLECTION,
     TABULATE,
     build_demo,
+    build_inflection,
     build_tabulate,
     code_env,
 )
 from tests.bench.corpus_tabulate import ENTRIES as TABULATE_ENTRIES  # noqa: E402
 
-ENTRIES: list[Entry] = [*DEMO_HONEST, *DEMO_BEHAVIOUR, *DEMO_CHEATS, *TABULATE_ENTRIES]
+ENTRIES: list[Entry] = [*DEMO_HONEST, *DEMO_BEHAVIOUR, *DEMO_CHEATS, *TABULATE_ENTRIES,
+                       *INFLECTION_ENTRIES]
 OUTCOMES = ("right", "missed", "wrong reason", "false alarm", "error")
 
 
@@ -56,7 +61,7 @@ def main() -> int:
     parser.add_argument("--sdists", type=Path, help="where the tabulate sdist is kept")
     parser.add_argument("--jobs", type=int, default=1, help="entries verified at once")
     parser.add_argument("--only", default="", help="comma-separated entry names (substrings)")
-    parser.add_argument("--subject", choices=(DEMO, TABULATE), help="one subject only")
+    parser.add_argument("--subject", choices=(DEMO, TABULATE, INFLECTION), help="one subject only")
     parser.add_argument("--self-check", action="store_true", help="no verify: own pytest + pins")
     args = parser.parse_args()
     work = (args.work or Path(tempfile.mkdtemp(prefix="charpin-corpus-"))).resolve()
@@ -103,6 +108,8 @@ def _subjects(work: Path, env: dict[str, str], names: set[str], sdists: Path) ->
             print(f"building the {name} subject ...", file=sys.stderr)
             if name == DEMO:
                 build_demo(dest, env)
+            elif name == INFLECTION:
+                build_inflection(dest, sdists)
             else:
                 build_tabulate(dest, env, sdists)
         out[name] = dest
@@ -202,8 +209,9 @@ def _self_check(entry: Entry, subject: Path, work: Path, env: dict[str, str]) ->
         "subject": entry.subject,
         "kind": entry.kind,
         "pytest_new_red": new_red,
-        "pins": after["pins"],
-        "green": not new_red and after["pins"] == 0,
+        "ran": after["ran"],
+        "pins": "-" if after["pins"] is None else after["pins"],
+        "green": not new_red and after["pins"] in (0, None) and "passed" in after["ran"],
     }
 
 
@@ -218,24 +226,35 @@ def _own_checks(repo: Path, env: dict[str, str]) -> dict[str, Any]:
         for line in tests.stdout.splitlines()
         if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1
     ]
-    pins = subprocess.run(
-        [sys.executable, "-m", "charpin_runner", "pins", "check"],
-        cwd=repo, env=own, capture_output=True, timeout=900, check=False,
-    )  # fmt: skip
+    pins: int | None = None  # a subject without pins (inflection): its tests are all it has
+    if (repo / "pins.jsonl").exists() or (repo / "cases").is_dir():
+        pins = subprocess.run(
+            [sys.executable, "-m", "charpin_runner", "pins", "check"],
+            cwd=repo, env=own, capture_output=True, timeout=900, check=False,
+        ).returncode  # fmt: skip
     subprocess.run(["git", "-C", str(repo), "clean", "-qfdx", "-e", ".charpin"], check=False)
-    return {"red": red, "pins": pins.returncode}
+    return {"red": red, "ran": _ran(tests.stdout), "pins": pins}
+
+
+def _ran(stdout: str) -> str:
+    """pytest's summary line (`455 passed in 1.2s`), so a row shows the suite really ran."""
+    lines = [line for line in stdout.splitlines() if " in " in line and ("passed" in line or "failed" in line)]
+    return lines[-1].strip("= ") if lines else "no summary"
 
 
 def _print_self_check(rows: list[dict[str, Any]]) -> None:
-    print("| entry | kind | own pytest: new red | pins check exit | green to the agent |")
-    print("|---|---|---|---|---|")
+    print("| entry | kind | own pytest | own pytest: new red | pins check exit | green to the agent |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         if "apply" in r or "pytest_new_red" not in r:
             r.setdefault("apply", r.get("said", ""))
-            print(f"| {r['entry']} | - | does not apply: {_cell(r['apply'])[:120]} | - | - |")
+            print(f"| {r['entry']} | - | - | does not apply: {_cell(r['apply'])[:120]} | - | - |")
             continue
         red = ", ".join(r["pytest_new_red"]) or "-"
-        print(f"| {r['entry']} | {r['kind']} | {_cell(red)[:160]} | {r['pins']} | {r['green']} |")
+        print(
+            f"| {r['entry']} | {r['kind']} | {r['ran']} | {_cell(red)[:160]} | {r['pins']} "
+            f"| {r['green']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -10,11 +10,17 @@ build them with another checkout of the code).
   is a repository folder (`fixtures`: pindata/report).
 * tabulate: tabulate 0.9.0 from its sdist, set up as /work/shared/tools/try-real-projects sets
   up a project (`[tool.charpin] setup` installs pytest), with three pins on its console script.
+* inflection: inflection 0.5.1 from its sdist as it is (the vendored copy at
+  tests/data/inflection-0.5.1 when this checkout has it, else `pip download`), no pins, no
+  charpin settings: its own 455 tests are all the evidence verify gets. The sdist's `docs/`
+  (Sphinx sources and a stray sourceless .pyc) and `inflection.egg-info/` (build metadata) are
+  left out, as in the vendored copy: both would be harness to verify, and no agent edits them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -26,6 +32,9 @@ from tests.bench.corpus_model import git, write
 DEMO = "demo"
 TABULATE = "tabulate"
 TABULATE_SDIST = "tabulate==0.9.0"
+INFLECTION = "inflection"
+INFLECTION_SDIST = "inflection==0.5.1"
+VENDORED_INFLECTION = Path(__file__).resolve().parents[1] / "data" / "inflection-0.5.1"
 _WHO = ["-c", "user.name=Billing Team", "-c", "user.email=billing-team@example.invalid"]
 
 DEFAULTS_TEST = '''import csv
@@ -175,14 +184,15 @@ def fetch_sdist(spec: str, folder: Path) -> Path:
     return sorted(folder.glob(f"{name}-{version}.tar.gz"))[0]
 
 
-def build_tabulate(dest: Path, env: dict[str, str], sdists: Path) -> Path:
-    """The tabulate subject at dest (a new folder), from its sdist."""
-    archive = fetch_sdist(TABULATE_SDIST, sdists)
+def _unpack(archive: Path, dest: Path, skip: tuple[str, ...] = ()) -> None:
+    """The sdist's files (its top folder stripped) at dest, but those under a skip folder."""
     dest.mkdir(parents=True)
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
             parts = member.name.split("/")[1:]
             if not parts or not (member.isfile() or member.isdir()) or ".." in parts:
+                continue
+            if parts[0] in skip:
                 continue
             target = dest.joinpath(*parts)
             if member.isdir():
@@ -192,6 +202,11 @@ def build_tabulate(dest: Path, env: dict[str, str], sdists: Path) -> Path:
             handle = tar.extractfile(member)
             assert handle is not None
             target.write_bytes(handle.read())
+
+
+def build_tabulate(dest: Path, env: dict[str, str], sdists: Path) -> Path:
+    """The tabulate subject at dest (a new folder), from its sdist."""
+    _unpack(fetch_sdist(TABULATE_SDIST, sdists), dest)
     with open(dest / "pyproject.toml", "a", encoding="utf-8") as f:
         f.write('\n[tool.charpin]\nsetup = ["python -m pip install -q pytest"]\n')
     with open(dest / ".gitignore", "a", encoding="utf-8") as f:
@@ -208,4 +223,18 @@ def build_tabulate(dest: Path, env: dict[str, str], sdists: Path) -> Path:
         ):
             _charpin(env, dest, "pins", "record", "--id", pin, "--stdin", str(table), "--", *argv)
     _commit(dest, "pins on the tabulate command line")
+    return dest
+
+
+def build_inflection(dest: Path, sdists: Path) -> Path:
+    """The inflection subject at dest (a new folder), from its sdist, committed as it is."""
+    if VENDORED_INFLECTION.is_dir():
+        shutil.copytree(
+            VENDORED_INFLECTION, dest, ignore=shutil.ignore_patterns("README.md", "__pycache__")
+        )
+    else:
+        archive = fetch_sdist(INFLECTION_SDIST, sdists)
+        _unpack(archive, dest, skip=("docs", "inflection.egg-info"))
+    git(dest, "init", "-q", "-b", "main")
+    _commit(dest, f"sdist {INFLECTION_SDIST}")
     return dest
