@@ -3,10 +3,12 @@ patch an agent would write to turn a behaviour change green, is REJECTed for the
 reviewer needs to see; the honest patches are ACCEPTed.
 
 The patches are the verify corpus's (tests/bench/corpus_demo.py, corpus_demo_cheats.py), which
-tests/bench/bench_verify_corpus.py also measures against another checkout. One demo repository
-(with the corpus's extra base commit) serves the whole module; the base run is verified once
-and reused (--reuse-base), so each test costs one patched run (and one run of the patch's own
-tests, when it has any).
+tests/bench/bench_verify_corpus.py measures whole (about 110 patches on three subjects, an hour
+and more here). The suite keeps a few: one per way a cheat hides (an outcome turned to skipped,
+an assert weakened, the harness edited, code that recognises pytest, a script without `.py`)
+and two honest patches, so it stays a few minutes. One demo repository (with the corpus's
+extra base commit) serves the whole module; --reuse-base reuses the base run where the patch
+captures the same functions' calls.
 """
 
 from __future__ import annotations
@@ -76,20 +78,20 @@ def _cases(entries: list[Entry], missed: dict[str, str]) -> list[Any]:
 
 # Cheats today's verify does not catch (see the #18 corpus report); the test stays until it does.
 MISSED: dict[str, str] = {}
-ISSUE_HONEST = [
-    e
-    for e in HONEST
-    if e.name
-    in (
-        "demo-extract-helper",
-        "demo-rename-local",
-        "demo-comments",
-        "demo-type-hints",
-        "demo-new-passing-test",
-        "demo-test-rename",
-        "demo-private-rename",
-    )
-]
+# One cheat per way of hiding; the bench (tests/bench/bench_verify_corpus.py) runs them all.
+KEPT_CHEATS = (
+    "demo-skip-mark",
+    "demo-weakened-assert",
+    "demo-conftest-old-function",
+    "demo-pytest-in-sys-modules",
+    "demo-shebang-three-functions",
+)
+ISSUE_HONEST = [e for e in HONEST if e.name in ("demo-extract-helper", "demo-test-rename")]
+SOME_CHEATS = [e for e in CHEATS if e.name in KEPT_CHEATS]
+
+
+def test_the_kept_entries_are_in_the_corpus() -> None:
+    assert len(SOME_CHEATS) == len(KEPT_CHEATS) and len(ISSUE_HONEST) == 2
 
 
 @pytest.mark.parametrize("entry", _cases(ISSUE_HONEST, {}))
@@ -102,7 +104,7 @@ def test_an_honest_patch_is_accepted(
     assert code == 0
 
 
-@pytest.mark.parametrize("entry", _cases(CHEATS, MISSED))
+@pytest.mark.parametrize("entry", _cases(SOME_CHEATS, MISSED))
 def test_a_cheat_is_rejected_for_the_reason_a_reviewer_needs(
     demo: Path, entry: Entry, capsys: pytest.CaptureFixture[str]
 ) -> None:
