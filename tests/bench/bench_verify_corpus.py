@@ -67,6 +67,7 @@ def main() -> int:
     work = (args.work or Path(tempfile.mkdtemp(prefix="charpin-corpus-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     code = args.code.resolve()
+    head = _head(code)  # the commit that ran, read before the run (a commit may land meanwhile)
     env = code_env(code)
     env.update(XDG_CACHE_HOME=str(work / "xdg-cache"), XDG_STATE_HOME=str(work / "xdg-state"))
     for name in ("CI", "SSH_AUTH_SOCK", "http_proxy", "https_proxy"):
@@ -85,7 +86,7 @@ def main() -> int:
     if args.self_check:
         _print_self_check(rows)
     else:
-        _print(rows, code, wall)
+        _print(rows, code, head, wall)
     print(f"\nwork folder: {work}", file=sys.stderr)
     return 0
 
@@ -167,8 +168,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _print(rows: list[dict[str, Any]], code: Path, wall: float) -> None:
-    print(f"verify corpus, code {code} ({_head(code)}), {len(rows)} entries, {wall:.0f} s\n")
+def _print(rows: list[dict[str, Any]], code: Path, head: str, wall: float) -> None:
+    print(f"verify corpus, code {code} ({head}), {len(rows)} entries, {wall:.0f} s\n")
     print("| entry | subject | expected | got | outcome | gates failed | what verify said |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
