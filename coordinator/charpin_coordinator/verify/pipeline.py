@@ -119,7 +119,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
     # functions; the judged run traces the changed files and replays those calls on both.
     what = evidence.changed(repo, made.base, runs, evidence.production(scope), scope.base_functions)
     # Every run of the verify reads the base's pytest configuration file and no other.
-    pinned = judged.config_args(how.side, test_command, base_config.charpin.pytest_args)
+    pinned = judged.config_args(how.config_file, test_command, base_config.charpin.pytest_args)
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():
