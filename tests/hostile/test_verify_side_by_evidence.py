@@ -166,6 +166,40 @@ def test_second_attack_in_package_tests_helper_production_imports_is_judged(
     assert report["verdict"] != "ACCEPT", report["gates"]
 
 
+def test_a_dummy_test_does_not_make_a_production_module_test_side(tmp_path: Path) -> None:
+    """b02 hardened: shop/ab_test.py gets a `def test_dummy` so pytest really collects a test
+    from it. It is still the package's code (the tests import `bucket` from it): verify cannot
+    judge it either way and says INCOMPLETE, never ACCEPT."""
+    module = 'def bucket(user_id):\n    return "A" if user_id % 2 == 0 else "B"\n\n\n'
+    module += "def test_dummy():\n    pass\n"
+    repo = make_repo(
+        tmp_path / "s",
+        {
+            "pyproject.toml": TOML,
+            "shop/__init__.py": "",
+            "shop/ab_test.py": module,
+            "tests/__init__.py": "",
+            "tests/test_ab.py": (
+                "from shop.ab_test import bucket\n\n\ndef test_bucket():\n"
+                '    assert bucket(4) == "A"\n'
+            ),
+        },
+    )
+    patch = patch_of(
+        repo,
+        {
+            "shop/ab_test.py": module.replace('"A" if user_id % 2 == 0 else "B"', '"B"'),
+            "tests/test_ab.py": (
+                "from shop.ab_test import bucket\n\n\ndef test_bucket():\n"
+                '    assert bucket(4) == "B"\n'
+            ),
+        },
+    )
+    _, report = verify(repo, patch)
+    assert report["verdict"] != "ACCEPT", report["gates"]
+    assert "shop/ab_test.py" in gate(report, "Scope")["detail"]
+
+
 def test_a_changed_file_that_is_both_test_and_production_is_incomplete(tmp_path: Path) -> None:
     """shop/selfcheck_test.py holds tests pytest collects AND production imports it: neither
     restoring it nor judging it is sound, so verify says INCOMPLETE and names it."""

@@ -59,6 +59,9 @@ class Judging:
     # Changed files that are neither test side nor production for sure, `path (why)`: the
     # Scope gate is INCOMPLETE (nothing decides a change verify cannot place).
     undecided: list[str] = field(default_factory=list)
+    # The file every run's pytest reads (`--config-file`): the base's pytest configuration, else
+    # its pyproject.toml; "" when the base has neither.
+    config_file: str = ""
 
 
 def judging(repo: Path, base: str, patched: str, changed: tuple[str, ...]) -> Judging:
@@ -81,6 +84,7 @@ def judging(repo: Path, base: str, patched: str, changed: tuple[str, ...]) -> Ju
     restore = sorted({*side.files, *(c for c in changed if side.covers(c)), *mixed})
     tests = [c for c in changed if side.covers(c) and not testside.is_harness_file(c)]
     own = sorted(c for c in tests if c in patched_tree and c.endswith(".py") and _test_file(side, c))
+    pyproject = "pyproject.toml" if "pyproject.toml" in base_tree else ""
     return Judging(
         side=side,
         restore=restore,
@@ -91,6 +95,7 @@ def judging(repo: Path, base: str, patched: str, changed: tuple[str, ...]) -> Ju
         added=sorted(c for c in tests if c not in base_tree),
         harness_aware=_aware(repo, base, patched, changed, side, patched_tree),
         undecided=_undecided(changed, base_side, patched_side),
+        config_file=base_side.config_file or pyproject,
     )
 
 
@@ -256,15 +261,17 @@ _CONFIG_OPTIONS = ("-c", "--config-file", "--inifile", "--rootdir")
 
 
 def config_args(
-    side: testside.TestSide, test_command: Sequence[str], pytest_args: Sequence[str]
+    config_file: str, test_command: Sequence[str], pytest_args: Sequence[str]
 ) -> list[str]:
     """The pytest options that pin every run of a verify to the base's configuration file (its
-    pytest settings, else pyproject.toml, which holds [tool.charpin] and roots pytest at the
-    top): a pytest.toml, pytest.ini or conftest-free config the patch adds anywhere is never
-    read. Nothing when the base's own arguments already choose the file, or its test command
-    is not pytest (then the restored files and the Protected paths finding are what hold)."""
+    pytest settings, else its pyproject.toml, which roots pytest at the top): a pytest.toml or
+    pytest.ini the patch adds anywhere is never read. Nothing when the base has no such file,
+    its own arguments already choose one, or its test command is not pytest (then the restored
+    files and the Protected paths finding are what hold)."""
+    if not config_file:
+        return []
     if test_command and not any(PurePosixPath(w).name.startswith("pytest") for w in test_command):
         return []
     if any(a.split("=", 1)[0] in _CONFIG_OPTIONS or a.startswith("-c") for a in pytest_args):
         return []
-    return [f"--config-file={side.config_file or 'pyproject.toml'}"]
+    return [f"--config-file={config_file}"]

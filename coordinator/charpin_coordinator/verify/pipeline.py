@@ -138,7 +138,7 @@ def verify(options: VerifyOptions, *, phase: Phase | None = None) -> VerifyResul
         changed_paths=made.changed,
     )
     # Every run of the verify reads the base's pytest configuration file and no other.
-    pinned = judged.config_args(how.side, test_command, base_config.charpin.pytest_args)
+    pinned = judged.config_args(how.config_file, test_command, base_config.charpin.pytest_args)
     run_id = check_run_id(options.run_id) if options.run_id else new_run_id()
     folder = (options.out_dir or repo / ".charpin" / "verify").absolute() / run_id
     if folder.exists():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from charpin_coordinator.verify import judged, testside
+from charpin_coordinator.verify import judged
 
 from tests.conftest import git, make_repo
 from tests.coordinator.verify.test_static import commit
@@ -77,12 +77,13 @@ def test_the_collection_of_the_base_run_checks_the_classification(tmp_path: Path
 
 
 def test_every_run_reads_the_base_configuration_file(tmp_path: Path) -> None:
-    side = testside.find(["pytest.ini"], {"pytest.ini": b"[pytest]\n"})
-    assert judged.config_args(side, [], ["-q"]) == ["--config-file=pytest.ini"]
-    none = testside.find([], {})
-    assert judged.config_args(none, [], []) == ["--config-file=pyproject.toml"]
-    assert judged.config_args(side, ["python", "-m", "pytest"], []) == ["--config-file=pytest.ini"]
-    # The base chooses its file itself, or its command is no pytest: left as it is.
-    assert judged.config_args(side, [], ["-c", "ci/pytest.ini"]) == []
-    assert judged.config_args(side, [], ["--rootdir=."]) == []
-    assert judged.config_args(side, ["tox"], []) == []
+    assert judging(tmp_path, {"shop/money.py": "x = 1\n"}).config_file == "pyproject.toml"
+    assert judged.config_args("pytest.ini", [], ["-q"]) == ["--config-file=pytest.ini"]
+    assert judged.config_args("pyproject.toml", [], []) == ["--config-file=pyproject.toml"]
+    assert judged.config_args("tox.ini", ["python", "-m", "pytest"], []) == ["--config-file=tox.ini"]
+    # No file to read (no pyproject.toml), the base chooses its file itself, or its command is
+    # no pytest: left as it is.
+    assert judged.config_args("", [], []) == []
+    assert judged.config_args("pytest.ini", [], ["-c", "ci/pytest.ini"]) == []
+    assert judged.config_args("pytest.ini", [], ["--rootdir=."]) == []
+    assert judged.config_args("pytest.ini", ["tox"], []) == []

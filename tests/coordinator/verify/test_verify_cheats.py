@@ -3,10 +3,10 @@ patch an agent would write to turn a behaviour change green, is REJECTed for the
 reviewer needs to see; the honest patches are ACCEPTed.
 
 The patches are the verify corpus's (tests/bench/corpus_demo.py, corpus_demo_cheats.py), which
-tests/bench/bench_verify_corpus.py measures whole (about 110 patches on three subjects, an hour
-and more here). The suite keeps a few: one per way a cheat hides (an outcome turned to skipped,
-an assert weakened, the harness edited, code that recognises pytest, a script without `.py`)
-and two honest patches, so it stays a few minutes. One demo repository (with the corpus's
+tests/bench/bench_verify_corpus.py measures whole (108 patches on three subjects, one to
+two minutes each here). The suite keeps a few: one per way a cheat hides (an outcome turned to
+skipped, an assert weakened, the harness edited, code that recognises pytest, a script without
+`.py`) and two honest patches: 10 tests, about 13 minutes on this loaded machine, marked slow. One demo repository (with the corpus's
 extra base commit) serves the whole module; --reuse-base reuses the base run where the patch
 captures the same functions' calls.
 """
