@@ -102,7 +102,7 @@ raise SystemExit(_code)
 '''
 
 # Each pytest-xdist worker: started by the controller's execnet as `PYTHON THIS -u -c BOOTSTRAP`
-# (boot.Workers), in the checkout, with PYTHONPATH moved aside; the same preload as the
+# (boot.BootPlugin), in the checkout, with PYTHONPATH moved aside; the same preload as the
 # controller, then xdist's bootstrap as `python -c` would have run it.
 WORKER_BOOT = r'''
 import os, sys

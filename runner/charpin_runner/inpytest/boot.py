@@ -19,7 +19,8 @@ Rule 1 of the threat model, for the modules charpin's own harness runs on:
 * Workers: xdist starts each worker as `PYTHON -u -c BOOTSTRAP` in the checkout, where the
   checkout comes first on sys.path and PYTHONPATH's sitecustomize runs at start-up. Workers
   instead start the probe root's worker boot (probehost.WORKER_BOOT) with PYTHONPATH moved
-  aside, which does all of the above before it runs xdist's bootstrap.
+  aside (BootPlugin sets each popen spec's python), which does all of the above before it runs
+  xdist's bootstrap.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import importlib.machinery
 import os
 import re
 import shlex
+import shutil
 import sys
 import sysconfig
 from collections.abc import Iterable
@@ -283,14 +285,13 @@ def follow_sys_path() -> None:
 
 class BootPlugin:
     """The boot's plugin object in the controller: the autoload guard ends where the initial
-    conftests load, and every popen xdist worker starts through the worker boot, with
-    PYTHONPATH moved aside until the workers are up (their sitecustomize would run before the
-    boot)."""
+    conftests load, and every popen xdist worker (a restarted one too) starts through the
+    worker boot, its PYTHONPATH moved aside by `env` (its sitecustomize would run before the
+    boot), both programs found now, before any code of the checkout can change PATH."""
 
     def __init__(self, worker_boot: str) -> None:
         self.worker_boot = worker_boot
-        self.pending = 0
-        self.moved: Optional[str] = None
+        self.env = shutil.which("env") or "/usr/bin/env"
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_load_initial_conftests(self) -> None:
@@ -300,27 +301,14 @@ class BootPlugin:
     def pytest_xdist_setupnodes(self, config: pytest.Config, specs: list[Any]) -> None:
         for spec in specs:
             if getattr(spec, "popen", False) and not getattr(spec, "via", None):
-                python = shlex.split(spec.python) if spec.python else [sys.executable]
-                spec.python = " ".join(shlex.quote(p) for p in (*python, self.worker_boot))
-        self.pending = len(specs)
-        if self.pending and "PYTHONPATH" in os.environ:
-            self.moved = os.environ.pop("PYTHONPATH")
-            os.environ[PYTHONPATH_VAR] = self.moved
+                spec.python = self.worker_command(spec.python)
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_newgateway(self, gateway: Any) -> None:
-        self.pending -= 1
-        if self.pending <= 0:
-            self.give_back()
-
-    def pytest_sessionfinish(self) -> None:
-        self.give_back()
-
-    def give_back(self) -> None:
-        if self.moved is not None:
-            os.environ["PYTHONPATH"] = self.moved
-            os.environ.pop(PYTHONPATH_VAR, None)
-            self.moved = None
+    def worker_command(self, python: Optional[str]) -> str:
+        words = shlex.split(python) if python else [sys.executable]
+        pythonpath = os.environ.get("PYTHONPATH")
+        if pythonpath is not None:
+            words = [self.env, "-u", "PYTHONPATH", f"{PYTHONPATH_VAR}={pythonpath}", *words]
+        return " ".join(shlex.quote(word) for word in (*words, self.worker_boot))
 
 
 def worker_code(argv: list[str]) -> str:
