@@ -85,7 +85,9 @@ def is_harness_file(path: str) -> bool:
     """conftest.py and pytest's own configuration files, anywhere (pytest looks for its
     configuration from the folders its arguments name, upwards)."""
     name = PurePosixPath(path).name
-    return name == "conftest.py" or name in CONFIG_FILES
+    # tox.ini is tox's file too: only its [pytest] section is the harness (judged.py compares
+    # that section, as for pyproject.toml and setup.cfg), or every envlist edit is protected.
+    return name == "conftest.py" or (name in CONFIG_FILES and name != "tox.ini")
 
 
 def settings(blobs: dict[str, bytes]) -> tuple[str, dict[str, Any]]:

@@ -47,6 +47,15 @@ def test_pytest_configuration_added_anywhere_is_protected_and_restored(tmp_path:
     assert {"pytest.toml", "shop/pytest.ini", "setup.cfg", "sub/pyproject.toml"} <= set(how.restore)
 
 
+def test_tox_ini_is_the_harness_only_by_its_pytest_section(tmp_path: Path) -> None:
+    # The corpus's tab-tox-envlist: an envlist edit was a Protected paths false alarm.
+    tox = judging(tmp_path / "envlist", {"tox.ini": "[tox]\nenvlist = py311\n"})
+    assert tox.harness == []
+    pytest_section = judging(tmp_path / "section", {"tox.ini": "[pytest]\naddopts = -p x\n"})
+    assert pytest_section.harness == ["tox.ini [pytest] (pytest configuration)"]
+    assert "tox.ini" in pytest_section.restore
+
+
 def test_a_changed_test_module_production_imports_is_undecided(tmp_path: Path) -> None:
     how = judging(
         tmp_path,

@@ -110,3 +110,17 @@ def test_a_shebang_is_python_unless_it_names_another_interpreter(
 
 def test_an_unknown_interpreter_of_no_python_is_not_python() -> None:
     assert not python_shebang(b"#!/opt/tools/run-it\nset -e; echo $((1 + 2))\n")
+
+
+def test_a_type_hint_on_a_module_table_is_no_change_but_a_new_value_is(tmp_path: Path) -> None:
+    # The corpus's inf-type-hints-tables: three hinted tables were three changed units.
+    base = "RATES = [('DE', 19)]\nNAMES = ('a', 'b')\n\n\ndef rate(c):\n    return dict(RATES)[c]\n"
+    repo = make_repo(tmp_path / "r", {"m.py": base})
+    hinted = (
+        "from typing import List, Tuple\n\n"
+        "RATES: List[Tuple[str, int]] = [('DE', 19)]\nNAMES: Tuple[str, ...] = ('a', 'b')\n\n\n"
+        "def rate(c):\n    return dict(RATES)[c]\n"
+    )
+    assert scope(repo, "HEAD", commit(repo, {"m.py": hinted})).changed == []
+    moved = hinted.replace("19", "21")
+    assert scope(repo, "HEAD~1", commit(repo, {"m.py": moved})).changed == ["m.py:RATES"]
