@@ -124,6 +124,8 @@ def test_hostile_suite_fails_the_right_gate(case, tmp_path):
             "tests/__init__.py": "",
             "tests/fixtures/rates.json": '{"vat": "0.20"}\n',
             "tests/test_hostile.py": PREAMBLE + body,
+            # The tests' environment is an allow-list (rule 6): HOSTILE is named to reach them.
+            "pyproject.toml": '[tool.charpin]\nenv_allow = ["HOSTILE"]\n',
         },
     )
     (repo / "tests" / "extra.txt").write_text("second commit\n")
