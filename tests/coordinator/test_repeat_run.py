@@ -52,7 +52,9 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def scheduled_repo(tmp_path: Path, fails: str, **files: str) -> Path:
-    toml = f'[tool.charpin.hosts.clean]\nenv = ["{COUNTER}"]\n'
+    # The tests' environment is an allow-list (rule 6): local's tests get the counter by name.
+    toml = f'[tool.charpin]\nenv_allow = ["{COUNTER}"]\n'
+    toml += f'[tool.charpin.hosts.clean]\nenv = ["{COUNTER}"]\n'
     return make_repo(
         tmp_path / "repo",
         {

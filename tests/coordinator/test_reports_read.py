@@ -114,7 +114,10 @@ def test_junit_lists_every_test_of_every_box_with_its_outcome(ran: Ran) -> None:
     assert skipped is not None and skipped.get("message") == "xfailed"
     many = _case(tests, MANY).find("failure")
     said = (many.text or "").splitlines() if many is not None else []
-    assert said[:2] == ["failing subtests:", "(i=15)"] and said[-1] == "and 10 more", said
+    # The failure's excerpt first (#22), then the subtests that failed, one a line.
+    at = said.index("failing subtests:")
+    assert "AssertionError" in " ".join(said[:at]), said
+    assert said[at + 1] == "(i=15)" and said[-1] == "and 10 more", said
     root = ET.parse(ran.junit).getroot()
     assert root.get("tests") == str(2 * 7 + 2 * 6) and root.get("failures") == "4"
 

@@ -308,7 +308,11 @@ def _failing(report: DriftReport) -> str:
         for box in boxes:
             for test in box.failing[:MAX_HTML_ROWS]:
                 excerpt = failure_excerpt(box, test)
-                why = f'<pre class="excerpt">{text(chr(10).join(excerpt))}</pre>' if excerpt else ""
+                why = (  # each line escaped alone: the line breaks are the excerpt's own
+                    f'<pre class="excerpt">{chr(10).join(text(line) for line in excerpt)}</pre>'
+                    if excerpt
+                    else ""
+                )
                 out.append(
                     f'<tr data-box="{attr(box.label)}"><td>{code_span(box.label)}</td>'
                     f'<td class="fail id">{code_span(test)}</td>'
