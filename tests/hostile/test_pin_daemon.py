@@ -41,7 +41,10 @@ def _charpin(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("sandbox", ["off", "auto"])
+# Without bubblewrap only: the daemon's gate and pid file live outside the checkout, which the
+# sandbox's view no longer shows (rule 2), so under bwrap the attack cannot arm. Under bwrap the
+# PID namespace ends every pin process with the sandbox.
+@pytest.mark.parametrize("sandbox", ["off"])
 def test_a_pin_daemon_is_dead_before_the_receipt_is_written(sandbox: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "daemon-pid"
     gate = make_gate(tmp_path / "gate")
