@@ -257,7 +257,12 @@ def test_slow_on_the_second_execution():
 def test_ctrl_c_during_a_repeat_is_said_in_the_report_and_is_no_flake(tmp_path: Path) -> None:
     repo = make_repo(
         tmp_path / "repo",
-        {"tests/__init__.py": "", "tests/test_slow.py": SLOW_SECOND.format(var=COUNTER)},
+        {
+            "tests/__init__.py": "",
+            "tests/test_slow.py": SLOW_SECOND.format(var=COUNTER),
+            # The tests' environment is an allow-list (rule 6): the counter is named to reach them.
+            "pyproject.toml": f'[tool.charpin]\nenv_allow = ["{COUNTER}"]\n',
+        },
     )
     counter = Path(tmp_path / "counter")
     env = dict(os.environ, PYTHONPATH=RUNNER_PATH)
