@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 import base64
 import json
-import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from charpin_runner.receipt import Differential, Receipt
 
-from charpin_coordinator.verify import gitread
+from charpin_coordinator.verify import gitread, harness
 from charpin_coordinator.verify.budget import Generate
 from charpin_coordinator.verify.scope import Scope
 
@@ -262,22 +261,8 @@ def unreached(repo: Path, judged: str, what: Changed, receipt: Receipt) -> list[
 
 
 def _touched_lines(diff: bytes) -> dict[str, set[int]]:
-    """path -> the new file's lines a `git diff -U0` adds, and for a hunk that only removes
-    lines, the line that now follows the removal (what runs in place of what was removed)."""
-    out: dict[str, set[int]] = {}
-    path = ""
-    for raw in diff.split(b"\n"):
-        if raw.startswith(b"+++ "):
-            name = raw[4:].decode("utf-8", "surrogateescape")
-            path = name[2:] if name.startswith("b/") else ""
-        elif raw.startswith(b"@@") and path:
-            match = re.match(rb"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", raw)
-            if match:
-                start = int(match.group(1))
-                count = int(match.group(2)) if match.group(2) is not None else 1
-                lines = range(start, start + count) if count else [start + 1]
-                out.setdefault(path, set()).update(lines)
-    return out
+    """The lines a change touches, removal-only hunks included (harness.added_lines)."""
+    return harness.added_lines(diff, removals=True)
 
 
 def _changed_statements(source: bytes, lines: set[int]) -> list[tuple[str, int, list[int]]]:

@@ -122,8 +122,10 @@ def scan(path: str, source: bytes, added: Iterable[int]) -> list[Finding]:
     return sorted(found.values(), key=lambda f: (f.line, f.what))
 
 
-def added_lines(diff: bytes) -> dict[str, set[int]]:
-    """path -> the new file's line numbers a unified diff (`git diff -U0`) adds."""
+def added_lines(diff: bytes, removals: bool = False) -> dict[str, set[int]]:
+    """path -> the new file's line numbers a unified diff (`git diff -U0`) adds; removals: also,
+    for a hunk that only removes lines, the line that now follows the removal (what runs in
+    place of what was removed)."""
     out: dict[str, set[int]] = {}
     path = ""
     for raw in diff.split(b"\n"):
@@ -135,7 +137,8 @@ def added_lines(diff: bytes) -> dict[str, set[int]]:
             if match:
                 start = int(match.group(1))
                 count = int(match.group(2)) if match.group(2) is not None else 1
-                out.setdefault(path, set()).update(range(start, start + count))
+                lines = range(start, start + count) if count or not removals else [start + 1]
+                out.setdefault(path, set()).update(lines)
     return out
 
 
