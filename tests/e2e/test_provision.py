@@ -148,7 +148,9 @@ def test_ctrl_c_mid_run_still_disposes_once(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'runner'}{os.pathsep}{ROOT / 'coordinator'}")
     proc = subprocess.Popen(
         [sys.executable, "-m", "charpin_coordinator", "run", "--repo", str(repo), "--hosts",
-         "scratch", "--out", str(repo.parent / "runs"), "--json", "-q"],
+         "scratch", "--out", str(repo.parent / "runs"), "--json", "-q",
+         # --sandbox off: the rendezvous FIFO lies outside the checkout, outside the view.
+         "--sandbox", "off"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -306,7 +306,9 @@ def test_sigint_mid_run_cleans_the_box_and_writes_a_partial_report(
         "    time.sleep(600)\n"
     )
     repo = _repo(tmp_path / "repo", [box], {"tests/test_hang.py": hang})
-    proc = _spawn(repo, _ssh_config(tmp_path, [box]), "intr")
+    # --sandbox off: the rendezvous FIFO lies outside the checkout, which the sandbox's
+    # allow-list view does not show (#17 rule 2); the interruption, not the sandbox, is tested.
+    proc = _spawn(repo, _ssh_config(tmp_path, [box]), "intr", "--sandbox", "off")
     try:
         await_arrival(started)  # the test is running inside the runner on the box
         proc.send_signal(sig)  # SIGTERM (systemctl stop, a cancelled CI job) acts as Ctrl-C
@@ -516,7 +518,11 @@ def test_repeats_and_frozen_re_runs_over_ssh_are_evidence_and_never_gate(
         tmp_path / "repo",
         boxes,
         {"tests/test_flaky.py": FLAKY_TEST, "flake-ledger.json": FROZEN_LEDGER},
-        extra_toml='[tool.charpin]\nledger = "flake-ledger.json"\n',
+        # The counter's path reaches the tests only by name: the tests' environment is an
+        # allow-list (#17 rule 6).
+        extra_toml=(
+            '[tool.charpin]\nledger = "flake-ledger.json"\nenv_allow = ["CHARPIN_TEST_COUNTER"]\n'
+        ),
     )
     config = _ssh_config(tmp_path, boxes)
     # --sandbox off: the flaky test's counter lives outside the checkout, hidden by the sandbox.
